@@ -1,0 +1,60 @@
+# kubeslurm — build, local cluster and tests.
+# `make up` brings up the whole local system; `make test` runs every test (unit, then
+# end-to-end on a local cluster it brings up and takes down again).
+
+SHELL := /bin/bash
+BIN   := $(CURDIR)/bin
+GO    ?= go
+
+.PHONY: all build tools slurm-root up down status test unit e2e bench fmt vet clean
+
+all: build
+
+## build: the scheduler and controller binaries into ./bin
+build:
+	$(GO) build -o $(BIN)/kubeslurm-scheduler ./cmd/scheduler
+	$(GO) build -o $(BIN)/kubeslurm-controller ./cmd/controller
+
+## tools: etcd, kube-apiserver, kube-controller-manager, kubectl, kwok (rebuilt only on version change)
+tools:
+	deploy/local/build-tools.sh
+
+## slurm-root: the Debian root filesystem with Slurm (made once per machine, cached)
+slurm-root:
+	deploy/local/slurm-root.sh
+
+## up: the whole local system — Kubernetes, Slurm, our scheduler and controller — and an example pod
+up: build tools slurm-root
+	deploy/local/up.sh
+
+## down: stop everything `up` started (by PID file); leaves no mounts behind
+down:
+	deploy/local/down.sh
+
+status:
+	deploy/local/status.sh
+
+## unit: unit tests (no cluster needed)
+unit:
+	$(GO) test ./pkg/... ./cmd/...
+
+## e2e: end-to-end tests on the local cluster (brings it up if needed)
+e2e: up
+	$(GO) test -count=1 -timeout 40m -v ./e2e/...
+
+## test: everything, unit to end-to-end; the cluster is taken down afterwards
+test: unit
+	@set -o pipefail; $(MAKE) e2e; rc=$$?; $(MAKE) down; exit $$rc
+
+## bench: scheduling-attempt cost at 100 and 5000 Slurm jobs
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/scheduler/...
+
+fmt:
+	gofmt -l -w cmd pkg e2e
+
+vet:
+	$(GO) vet ./...
+
+clean: down
+	rm -rf $(BIN) .local

@@ -1,0 +1,141 @@
+// Command kubeslurm-controller keeps Kubernetes pods and their Slurm placeholder jobs in
+// step (see pkg/controller/pod).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	podcontroller "github.com/kubeslurm/kubeslurm/pkg/controller/pod"
+	"github.com/kubeslurm/kubeslurm/pkg/slurm"
+	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
+)
+
+// options are every setting of the controller, read once at start-up.
+type options struct {
+	kubeconfig      string
+	slurmrestdURL   string
+	slurmUser       string
+	jwtKeyFile      string
+	pollInterval    time.Duration
+	resyncPeriod    time.Duration
+	requestTimeout  time.Duration
+	schedulerName   string
+	metricsAddr     string
+	probeAddr       string
+	leaderElect     bool
+	leaderNamespace string
+}
+
+func main() {
+	if err := newCommand().Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+
+func newCommand() *cobra.Command {
+	o := options{}
+	cmd := &cobra.Command{
+		Use:           "kubeslurm-controller",
+		Short:         "Keeps Kubernetes pods and their Slurm placeholder jobs in step",
+		SilenceUsage:  true,
+		SilenceErrors: false,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return run(ctrl.SetupSignalHandler(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
+	f.StringVar(&o.slurmrestdURL, "slurmrestd-url", "", "slurmrestd base URL, e.g. http://slurmrestd:6820")
+	f.StringVar(&o.slurmUser, "slurm-user", "slurm", "Slurm user (an operator) the controller acts as")
+	f.StringVar(&o.jwtKeyFile, "slurm-jwt-key-file", "", "Slurm's auth/jwt key, used to mint the controller's tokens")
+	f.DurationVar(&o.pollInterval, "slurm-poll-interval", time.Second, "how often Slurm's jobs and nodes are read")
+	f.DurationVar(&o.resyncPeriod, "resync-period", 30*time.Second, "full reconcile of every placeholder job, as a safety net")
+	f.DurationVar(&o.requestTimeout, "slurm-request-timeout", 15*time.Second, "timeout of one slurmrestd request")
+	f.StringVar(&o.schedulerName, "scheduler-name", wellknown.SchedulerName, "schedulerName of the pods kubeslurm owns")
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "metrics endpoint address (0 disables)")
+	f.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "health probe address")
+	f.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader so that only one replica acts")
+	f.StringVar(&o.leaderNamespace, "leader-election-namespace", "kubeslurm-system", "namespace of the leader election lease")
+	for _, name := range []string{"slurmrestd-url", "slurm-jwt-key-file"} {
+		_ = cmd.MarkFlagRequired(name)
+	}
+	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
+	klog.InitFlags(klogFlags)
+	f.AddGoFlagSet(klogFlags)
+	return cmd
+}
+
+func run(ctx context.Context, o options) error {
+	ctrl.SetLogger(klog.NewKlogr())
+	restConfig, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:  o.probeAddr,
+		LeaderElection:          o.leaderElect,
+		LeaderElectionID:        "kubeslurm-controller",
+		LeaderElectionNamespace: o.leaderNamespace,
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	slurmClient, err := slurm.NewClient(slurm.Config{
+		URL: o.slurmrestdURL, User: o.slurmUser, JWTKeyFile: o.jwtKeyFile, Timeout: o.requestTimeout,
+	})
+	if err != nil {
+		return err
+	}
+	watcher := slurm.NewWatcher(slurmClient, o.pollInterval, o.resyncPeriod)
+	// The watcher runs under leader election with the controllers it feeds.
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		watcher.Run(ctx)
+		return nil
+	})); err != nil {
+		return err
+	}
+	if err := (&podcontroller.Reconciler{
+		Client:        mgr.GetClient(),
+		APIReader:     mgr.GetAPIReader(),
+		Slurm:         slurmClient,
+		Watcher:       watcher,
+		Recorder:      mgr.GetEventRecorder("kubeslurm-controller"),
+		SchedulerName: o.schedulerName,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up pod controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("slurm", func(_ *http.Request) error {
+		if !watcher.Synced() {
+			return fmt.Errorf("slurm not read yet: %v", watcher.LastError())
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	klog.InfoS("Starting kubeslurm-controller", "slurmrestd", o.slurmrestdURL, "scheduler", o.schedulerName)
+	return mgr.Start(ctx)
+}

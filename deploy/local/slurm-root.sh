@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Makes (once) a Debian root filesystem holding real Slurm packages for the local cluster.
+# The host's own Slurm is too old for slurmrestd's v0.0.4x API, so Slurm runs from this root
+# with chroot. The root is kept in the machine's cache folder, keyed by suite, so every clone
+# on this machine shares it; it is rebuilt only when missing or incomplete.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+. "$root/deploy/local/versions.env"
+cache=${KUBESLURM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubeslurm}
+dir="$cache/slurm-root-$SLURM_SUITE"
+packages=slurmctld,slurmd,slurmrestd,slurm-client,slurm-wlm-jwt-plugin,procps,ca-certificates
+
+if [ -f "$dir/.complete" ]; then
+  echo "==> Slurm root ($SLURM_SUITE) cached at $dir"
+  exit 0
+fi
+command -v debootstrap >/dev/null || {
+  echo "==> installing debootstrap"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+}
+echo "==> building Slurm root filesystem from Debian $SLURM_SUITE (2-3 min)"
+rm -rf "$dir.tmp"
+mkdir -p "$cache"
+debootstrap --variant=minbase --include="$packages" "$SLURM_SUITE" "$dir.tmp" >"$cache/debootstrap-$SLURM_SUITE.log" 2>&1 || {
+  echo "debootstrap failed; see $cache/debootstrap-$SLURM_SUITE.log" >&2
+  tail -20 "$cache/debootstrap-$SLURM_SUITE.log" >&2
+  exit 1
+}
+rm -rf "$dir" && mv "$dir.tmp" "$dir"
+chroot "$dir" sh -c 'slurmctld -V' >"$dir/.complete"
+echo "==> Slurm root ready: $(cat "$dir/.complete")"

@@ -1,0 +1,49 @@
+package plugin
+
+import (
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Args are the plugin's pluginConfig args in the KubeSchedulerConfiguration.
+type Args struct {
+	// SlurmrestdURL is slurmrestd's base URL, e.g. http://slurmrestd:6820.
+	SlurmrestdURL string `json:"slurmrestdURL"`
+	// SlurmUser is the Slurm user the placeholder jobs are submitted as; it must be a
+	// Slurm operator (admin_comment is an operator field).
+	SlurmUser string `json:"slurmUser"`
+	// JWTKeyFile is Slurm's auth/jwt key, from which the plugin mints its own tokens.
+	JWTKeyFile string `json:"jwtKeyFile"`
+	// PollInterval is how often the shared watcher reads Slurm's jobs and nodes (default 1s).
+	PollInterval metav1.Duration `json:"pollInterval"`
+	// ResyncPeriod re-activates every waiting pod as a safety net (default 30s).
+	ResyncPeriod metav1.Duration `json:"resyncPeriod"`
+	// RequestTimeout bounds one slurmrestd request (default 15s).
+	RequestTimeout metav1.Duration `json:"requestTimeout"`
+}
+
+func (a *Args) setDefaults() {
+	if a.PollInterval.Duration == 0 {
+		a.PollInterval.Duration = time.Second
+	}
+	if a.ResyncPeriod.Duration == 0 {
+		a.ResyncPeriod.Duration = 30 * time.Second
+	}
+	if a.RequestTimeout.Duration == 0 {
+		a.RequestTimeout.Duration = 15 * time.Second
+	}
+}
+
+func (a *Args) validate() error {
+	switch {
+	case a.SlurmrestdURL == "":
+		return fmt.Errorf("pluginConfig args: slurmrestdURL is required")
+	case a.SlurmUser == "":
+		return fmt.Errorf("pluginConfig args: slurmUser is required")
+	case a.JWTKeyFile == "":
+		return fmt.Errorf("pluginConfig args: jwtKeyFile is required")
+	}
+	return nil
+}

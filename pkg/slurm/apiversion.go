@@ -1,0 +1,133 @@
+package slurm
+
+// This file is the one place that names a slurmrestd API version. Moving to another
+// data_parser version means changing the imports and types here, nothing else.
+
+import (
+	"strings"
+	"time"
+
+	api "github.com/SlinkyProject/slurm-client/api/v0044"
+	"github.com/SlinkyProject/slurm-client/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubeslurm/kubeslurm/pkg/slurmjob"
+)
+
+// APIVersion is the slurmrestd data_parser version kubeslurm speaks.
+const APIVersion = "v0.0.44"
+
+type (
+	apiJob      = types.V0044JobInfo
+	apiJobList  = types.V0044JobInfoList
+	apiNodeList = types.V0044NodeList
+	apiPingList = types.V0044ControllerPingList
+)
+
+// submitRequest renders a JobSpec as a placeholder job: an external job with no script,
+// so Slurm allocates nodes and slurmd launches nothing; the pods run under Kubernetes.
+func submitRequest(spec slurmjob.JobSpec) api.V0044JobSubmitReq {
+	desc := &api.V0044JobDescMsg{
+		Flags:                   &[]api.V0044JobDescMsgFlags{api.V0044JobDescMsgFlagsEXTERNALJOB},
+		Name:                    ptr.To(spec.Name),
+		Nodes:                   ptr.To(itoa(spec.Nodes)),
+		MinimumNodes:            ptr.To(spec.Nodes),
+		MaximumNodes:            ptr.To(spec.Nodes),
+		Tasks:                   ptr.To(spec.Nodes),
+		CpusPerTask:             ptr.To(spec.CPUsPerNode),
+		CurrentWorkingDirectory: ptr.To("/tmp"),
+		Environment:             &[]string{"PATH=/bin:/usr/bin"},
+		AdminComment:            ptr.To(slurmjob.EncodeIdentity(spec.Pods)),
+	}
+	if spec.MemoryPerNodeMB > 0 {
+		desc.MemoryPerNode = &api.V0044Uint64NoValStruct{Set: ptr.To(true), Number: ptr.To(spec.MemoryPerNodeMB)}
+	}
+	if t := spec.TRESPerNode(); t != "" {
+		desc.TresPerNode = ptr.To(t)
+	}
+	if len(spec.ExcludedNodes) > 0 {
+		desc.ExcludedNodes = ptr.To(api.V0044CsvString(spec.ExcludedNodes))
+	}
+	if spec.Exclusive {
+		desc.Shared = &[]api.V0044JobDescMsgShared{api.V0044JobDescMsgSharedNone}
+	}
+	setString(&desc.Partition, spec.Partition)
+	setString(&desc.Account, spec.Account)
+	setString(&desc.Qos, spec.QOS)
+	setString(&desc.Reservation, spec.Reservation)
+	if spec.TimeLimitMinutes != nil {
+		if *spec.TimeLimitMinutes == slurmjob.Unlimited {
+			desc.TimeLimit = &api.V0044Uint32NoValStruct{Infinite: ptr.To(true)}
+		} else {
+			desc.TimeLimit = &api.V0044Uint32NoValStruct{Set: ptr.To(true), Number: ptr.To(int32(*spec.TimeLimitMinutes))}
+		}
+	}
+	if spec.Priority != nil {
+		desc.Priority = &api.V0044Uint32NoValStruct{Set: ptr.To(true), Number: ptr.To(int32(*spec.Priority))}
+	}
+	return api.V0044JobSubmitReq{Job: desc}
+}
+
+func setString(field **string, v string) {
+	if v != "" {
+		*field = ptr.To(v)
+	}
+}
+
+// jobFromAPI converts slurmrestd's job record.
+func jobFromAPI(in *apiJob) Job {
+	states := make([]string, 0, 2)
+	for _, s := range ptr.Deref(in.JobState, nil) {
+		states = append(states, string(s))
+	}
+	base, flags := splitState(states)
+	j := Job{
+		ID:        ptr.Deref(in.JobId, 0),
+		Name:      ptr.Deref(in.Name, ""),
+		State:     base,
+		Flags:     flags,
+		Reason:    ptr.Deref(in.StateReason, ""),
+		Partition: ptr.Deref(in.Partition, ""),
+		UserName:  ptr.Deref(in.UserName, ""),
+		StartTime: timeOf(in.StartTime),
+		EndTime:   timeOf(in.EndTime),
+	}
+	if ex := ptr.Deref(in.ExcludedNodes, ""); ex != "" {
+		j.ExcludedNodes = ExpandHostlist(ex)
+	}
+	j.Pods, _ = slurmjob.DecodeIdentity(ptr.Deref(in.AdminComment, ""))
+	if res := in.JobResources; res != nil && res.Nodes != nil && res.Nodes.Allocation != nil {
+		for _, n := range *res.Nodes.Allocation {
+			j.Nodes = append(j.Nodes, n.Name)
+		}
+	}
+	if len(j.Nodes) == 0 && base != StatePending {
+		if nodes := ptr.Deref(in.Nodes, ""); nodes != "" {
+			j.Nodes = ExpandHostlist(nodes)
+		}
+	}
+	return j
+}
+
+func timeOf(v *api.V0044Uint64NoValStruct) time.Time {
+	if v == nil || !ptr.Deref(v.Set, false) || ptr.Deref(v.Infinite, false) {
+		return time.Time{}
+	}
+	n := ptr.Deref(v.Number, 0)
+	if n <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(n, 0)
+}
+
+func nodesFromAPI(in *apiNodeList) []Node {
+	out := make([]Node, 0, len(in.Items))
+	for _, n := range in.Items {
+		node := Node{Name: ptr.Deref(n.Name, ""), Reason: ptr.Deref(n.Reason, "")}
+		for _, s := range ptr.Deref(n.State, nil) {
+			node.States = append(node.States, strings.ToUpper(string(s)))
+		}
+		out = append(out, node)
+	}
+	return out
+}

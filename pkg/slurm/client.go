@@ -1,0 +1,123 @@
+package slurm
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	slurmclient "github.com/SlinkyProject/slurm-client/pkg/client"
+	"github.com/SlinkyProject/slurm-client/pkg/object"
+
+	"github.com/kubeslurm/kubeslurm/pkg/slurmjob"
+)
+
+// Client is the set of Slurm calls kubeslurm makes. Every error it returns is an *Error.
+type Client interface {
+	// Submit submits a placeholder job and returns it as Slurm recorded it.
+	Submit(ctx context.Context, spec slurmjob.JobSpec) (*Job, error)
+	// Cancel cancels a job; cancelling a job that already ended is not an error.
+	Cancel(ctx context.Context, id int32) error
+	GetJob(ctx context.Context, id int32) (*Job, error)
+	ListJobs(ctx context.Context) ([]Job, error)
+	ListNodes(ctx context.Context) ([]Node, error)
+	Ping(ctx context.Context) error
+}
+
+// Config says how to reach slurmrestd.
+type Config struct {
+	URL        string
+	User       string
+	JWTKeyFile string
+	// TokenLifetime of the minted JWTs (renewed at half-life).
+	TokenLifetime time.Duration
+	// Timeout of one request.
+	Timeout time.Duration
+}
+
+// NewClient connects to slurmrestd with tokens minted from the JWT key.
+func NewClient(cfg Config) (Client, error) {
+	if cfg.URL == "" || cfg.User == "" || cfg.JWTKeyFile == "" {
+		return nil, fmt.Errorf("slurm client needs a slurmrestd URL, a user and a JWT key file")
+	}
+	if cfg.TokenLifetime == 0 {
+		cfg.TokenLifetime = time.Hour
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 15 * time.Second
+	}
+	tokens := NewTokenSource(cfg.JWTKeyFile, cfg.User, cfg.TokenLifetime)
+	first, err := tokens.Token()
+	if err != nil {
+		return nil, err
+	}
+	httpClient := &http.Client{
+		Timeout:   cfg.Timeout,
+		Transport: &tokenTransport{source: tokens, next: http.DefaultTransport},
+	}
+	// Informers are not used: the Watcher polls once for every consumer.
+	c, err := slurmclient.NewClient(&slurmclient.Config{Server: cfg.URL, AuthToken: first, HTTPClient: httpClient})
+	if err != nil {
+		return nil, fmt.Errorf("creating slurm client: %w", err)
+	}
+	return Wrap(c), nil
+}
+
+// Wrap adapts a slurm-client Client (the real one, or its fake in tests).
+func Wrap(c slurmclient.Client) Client { return &client{c: c} }
+
+type client struct{ c slurmclient.Client }
+
+func (c *client) Submit(ctx context.Context, spec slurmjob.JobSpec) (*Job, error) {
+	out := &apiJob{}
+	if err := c.c.Create(ctx, out, submitRequest(spec)); err != nil {
+		return nil, classify("submit", err)
+	}
+	j := jobFromAPI(out)
+	return &j, nil
+}
+
+func (c *client) Cancel(ctx context.Context, id int32) error {
+	j := &apiJob{}
+	j.JobId = &id
+	err := classify("cancel job "+strconv.Itoa(int(id)), c.c.Delete(ctx, j))
+	if IsNotFound(err) {
+		return nil // already gone: the outcome the caller wanted
+	}
+	return err
+}
+
+func (c *client) GetJob(ctx context.Context, id int32) (*Job, error) {
+	out := &apiJob{}
+	key := object.ObjectKey(strconv.Itoa(int(id)))
+	if err := c.c.Get(ctx, key, out, &slurmclient.GetOptions{SkipCache: true}); err != nil {
+		return nil, classify("get job "+string(key), err)
+	}
+	j := jobFromAPI(out)
+	return &j, nil
+}
+
+func (c *client) ListJobs(ctx context.Context) ([]Job, error) {
+	list := &apiJobList{}
+	if err := c.c.List(ctx, list, &slurmclient.ListOptions{SkipCache: true}); err != nil {
+		return nil, classify("list jobs", err)
+	}
+	out := make([]Job, len(list.Items))
+	for i := range list.Items {
+		out[i] = jobFromAPI(&list.Items[i])
+	}
+	return out, nil
+}
+
+func (c *client) ListNodes(ctx context.Context) ([]Node, error) {
+	list := &apiNodeList{}
+	if err := c.c.List(ctx, list, &slurmclient.ListOptions{SkipCache: true}); err != nil {
+		return nil, classify("list nodes", err)
+	}
+	return nodesFromAPI(list), nil
+}
+
+func (c *client) Ping(ctx context.Context) error {
+	return classify("ping", c.c.List(ctx, &apiPingList{}, &slurmclient.ListOptions{SkipCache: true}))
+}

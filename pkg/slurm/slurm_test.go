@@ -1,0 +1,184 @@
+package slurm_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kubeslurm/kubeslurm/pkg/slurm"
+	"github.com/kubeslurm/kubeslurm/pkg/slurm/slurmtest"
+	"github.com/kubeslurm/kubeslurm/pkg/slurmjob"
+)
+
+func TestExpandHostlist(t *testing.T) {
+	tests := []struct {
+		in   string
+		want []string
+	}{
+		{"node-1", []string{"node-1"}},
+		{"node-[1-3]", []string{"node-1", "node-2", "node-3"}},
+		{"node-[1,3-4],gpu-a", []string{"node-1", "node-3", "node-4", "gpu-a"}},
+		{"n[08-10]", []string{"n08", "n09", "n10"}},
+		{"rack1-[1-2]-x", []string{"rack1-1-x", "rack1-2-x"}},
+		{"", nil},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, slurm.ExpandHostlist(tt.in), tt.in)
+	}
+}
+
+func TestErrorKinds(t *testing.T) {
+	f := slurmtest.New("n1")
+	ctx := context.Background()
+
+	_, err := f.GetJob(ctx, 424242)
+	assert.True(t, slurm.IsNotFound(err), "missing job: %v", err)
+
+	f.RejectSubmit = "Invalid partition name specified"
+	_, err = f.Submit(ctx, slurmjob.JobSpec{Nodes: 1, CPUsPerNode: 1, Pods: []slurmjob.PodRef{{Name: "p", UID: "u"}}})
+	require.Error(t, err)
+	assert.True(t, slurm.IsRejected(err))
+	assert.Contains(t, err.Error(), "Invalid partition name specified")
+
+	f.RejectSubmit = ""
+	f.FailWith = &url.Error{Op: "Get", URL: "http://slurmrestd", Err: &net.OpError{Op: "dial", Err: errors.New("connection refused")}}
+	_, err = f.ListJobs(ctx)
+	assert.True(t, slurm.IsUnavailable(err), "transport error: %v", err)
+	assert.False(t, slurm.IsNotFound(err))
+	// Cancelling while Slurm is unreachable is an error, never a silent success.
+	assert.Error(t, f.Cancel(ctx, 1))
+}
+
+func TestSubmitRendersPlaceholderJob(t *testing.T) {
+	f := slurmtest.New("n1", "n2")
+	limit, prio := uint32(90), uint32(7)
+	spec := slurmjob.JobSpec{
+		Name: "ns/p", Partition: "gpu", Account: "acct", QOS: "high", TimeLimitMinutes: &limit, Priority: &prio,
+		Nodes: 1, CPUsPerNode: 2, MemoryPerNodeMB: 512, GPUsPerNode: 1, Exclusive: true,
+		ExcludedNodes: []string{"n2"}, Pods: []slurmjob.PodRef{{Namespace: "ns", Name: "p", UID: "u1"}},
+	}
+	job, err := f.Submit(context.Background(), spec)
+	require.NoError(t, err)
+	assert.Equal(t, int32(1), job.ID)
+	assert.Equal(t, slurm.StatePending, job.State)
+	assert.Equal(t, spec.Pods, job.Pods)
+
+	d := f.LastSubmit
+	require.NotNil(t, d)
+	assert.Equal(t, "EXTERNAL_JOB", string((*d.Flags)[0]))
+	assert.Nil(t, d.Script, "a placeholder job has no script")
+	assert.Equal(t, "1", *d.Nodes)
+	assert.Equal(t, int32(2), *d.CpusPerTask)
+	assert.Equal(t, int64(512), *d.MemoryPerNode.Number)
+	assert.Equal(t, "gres/gpu:1", *d.TresPerNode)
+	assert.Equal(t, []string{"n2"}, *d.ExcludedNodes)
+	assert.Nil(t, d.RequiredNodes, "feasible nodes are never sent as required nodes")
+	assert.Equal(t, "none", string((*d.Shared)[0]))
+	assert.Equal(t, int32(90), *d.TimeLimit.Number)
+	assert.Equal(t, int32(7), *d.Priority.Number)
+	assert.Equal(t, "gpu", *d.Partition)
+	assert.Equal(t, "high", *d.Qos)
+}
+
+func TestWatcher(t *testing.T) {
+	ctx := context.Background()
+	f := slurmtest.New("n1", "n2")
+	require.NoError(t, f.AddForeignJobs(3))
+	w := slurm.NewWatcher(f, time.Hour, time.Hour)
+	var changes []slurm.Change
+	w.OnChange(func(c slurm.Change) { changes = append(changes, c) })
+
+	assert.False(t, w.Synced())
+	require.NoError(t, w.Poll(ctx))
+	assert.True(t, w.Synced())
+	require.Len(t, changes, 1)
+	assert.True(t, changes[0].Resync)
+	assert.Empty(t, changes[0].Jobs, "foreign jobs are not ours")
+	assert.ElementsMatch(t, []string{"n1", "n2"}, w.NodeNames())
+
+	ref := slurmjob.PodRef{Namespace: "ns", Name: "p", UID: "u1"}
+	job, err := f.Submit(ctx, slurmjob.JobSpec{Nodes: 1, CPUsPerNode: 1, Pods: []slurmjob.PodRef{ref}})
+	require.NoError(t, err)
+
+	changes = nil
+	require.NoError(t, w.Poll(ctx))
+	require.Len(t, changes, 1)
+	require.Len(t, changes[0].Jobs, 1)
+	got, ok := w.JobForPod("u1")
+	require.True(t, ok)
+	assert.Equal(t, job.ID, got.ID)
+	assert.Len(t, w.JobsForPodKey("ns/p"), 1)
+
+	// No change, no notification.
+	changes = nil
+	require.NoError(t, w.Poll(ctx))
+	assert.Empty(t, changes)
+
+	require.NoError(t, f.Allocate(job.ID, "n2"))
+	require.NoError(t, w.Poll(ctx))
+	require.Len(t, changes, 1)
+	got, _ = w.JobForPod("u1")
+	assert.True(t, got.Allocated())
+	node, ok := got.NodeForPod(ref)
+	assert.True(t, ok)
+	assert.Equal(t, "n2", node)
+
+	// A failed poll keeps everything as last seen: nothing reads as gone.
+	f.FailWith = errors.New("connection refused")
+	changes = nil
+	assert.Error(t, w.Poll(ctx))
+	assert.Empty(t, changes)
+	assert.True(t, w.Synced())
+	got, ok = w.JobForPod("u1")
+	assert.True(t, ok)
+	assert.True(t, got.Allocated())
+	assert.Error(t, w.LastError())
+}
+
+func TestJobStates(t *testing.T) {
+	tests := []struct {
+		job              slurm.Job
+		ended, allocated bool
+		stateString      string
+	}{
+		{slurm.Job{State: "PENDING", Reason: "Priority"}, false, false, "PENDING (Priority)"},
+		{slurm.Job{State: "RUNNING", Nodes: []string{"n1"}, Reason: "None"}, false, true, "RUNNING"},
+		{slurm.Job{State: "RUNNING", Flags: []string{"COMPLETING"}, Nodes: []string{"n1"}}, false, false, "RUNNING+COMPLETING"},
+		{slurm.Job{State: "CANCELLED"}, true, false, "CANCELLED"},
+		{slurm.Job{State: "TIMEOUT"}, true, false, "TIMEOUT"},
+		{slurm.Job{State: "PREEMPTED"}, true, false, "PREEMPTED"},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.ended, tt.job.Ended(), tt.stateString)
+		assert.Equal(t, tt.allocated, tt.job.Allocated(), tt.stateString)
+		assert.Equal(t, tt.stateString, tt.job.StateString())
+	}
+}
+
+func TestTokenSource(t *testing.T) {
+	key := t.TempDir() + "/jwt.key"
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	require.NoError(t, os.WriteFile(key, secret, 0o600))
+	ts := slurm.NewTokenSource(key, "slurm", time.Hour)
+	a, err := ts.Token()
+	require.NoError(t, err)
+	b, err := ts.Token()
+	require.NoError(t, err)
+	assert.Equal(t, a, b, "a token is reused until half its lifetime")
+	claims := jwt.MapClaims{}
+	_, err = jwt.ParseWithClaims(a, claims, func(*jwt.Token) (any, error) { return secret, nil },
+		jwt.WithValidMethods([]string{"HS256"}))
+	require.NoError(t, err, "signed with the key, as slurmctld checks it")
+	assert.Equal(t, "slurm", claims["sun"])
+
+	_, err = slurm.NewTokenSource(t.TempDir()+"/missing", "slurm", time.Hour).Token()
+	assert.Error(t, err)
+}

@@ -1,0 +1,200 @@
+// Package slurmtest gives unit tests a slurm.Client over slurm-client's own fake, with the
+// behaviour of slurmctld that kubeslurm relies on: submitted jobs get ids and start
+// PENDING, cancelled jobs turn CANCELLED, and every request is counted.
+package slurmtest
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+
+	api "github.com/SlinkyProject/slurm-client/api/v0044"
+	slurmclient "github.com/SlinkyProject/slurm-client/pkg/client"
+	"github.com/SlinkyProject/slurm-client/pkg/client/fake"
+	"github.com/SlinkyProject/slurm-client/pkg/client/interceptor"
+	"github.com/SlinkyProject/slurm-client/pkg/object"
+	"github.com/SlinkyProject/slurm-client/pkg/types"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubeslurm/kubeslurm/pkg/slurm"
+)
+
+// Fake is a slurm.Client for tests; its methods shape the state the watcher then reads.
+type Fake struct {
+	slurm.Client
+
+	mu       sync.Mutex
+	inner    slurmclient.Client
+	nextID   int32
+	requests map[string]int
+	// FailWith, when set, makes every request fail with this error (slurmrestd down).
+	FailWith error
+	// RejectSubmit, when set, makes submits fail as Slurm refusing the job.
+	RejectSubmit string
+	// LastSubmit is the last submit request received.
+	LastSubmit *api.V0044JobDescMsg
+}
+
+// New returns a Fake with the given Slurm node names, all idle.
+func New(nodes ...string) *Fake {
+	f := &Fake{nextID: 1, requests: map[string]int{}}
+	var objs []object.Object
+	for _, n := range nodes {
+		node := &types.V0044Node{}
+		node.Name = ptr.To(n)
+		node.State = &[]api.V0044NodeState{api.V0044NodeStateIDLE}
+		objs = append(objs, node)
+	}
+	f.inner = fake.NewClientBuilder().WithObjects(objs...).Build()
+	f.Client = slurm.Wrap(interceptor.NewClient(f.inner, interceptor.Funcs{
+		Get:    f.get,
+		List:   f.list,
+		Create: f.create,
+		Delete: f.delete,
+	}))
+	return f
+}
+
+func (f *Fake) count(op string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.requests[op]++
+	return f.FailWith
+}
+
+// Requests returns how many requests of each kind ("get", "list", "create", "delete")
+// were made, and resets the counts.
+func (f *Fake) Requests() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := f.requests
+	f.requests = map[string]int{}
+	return out
+}
+
+func (f *Fake) get(ctx context.Context, key object.ObjectKey, obj object.Object, opts ...slurmclient.GetOption) error {
+	if err := f.count("get"); err != nil {
+		return err
+	}
+	return f.inner.Get(ctx, key, obj, opts...)
+}
+
+func (f *Fake) list(ctx context.Context, list object.ObjectList, opts ...slurmclient.ListOption) error {
+	if err := f.count("list"); err != nil {
+		return err
+	}
+	return f.inner.List(ctx, list, opts...)
+}
+
+func (f *Fake) create(ctx context.Context, obj object.Object, req any, _ ...slurmclient.CreateOption) error {
+	if err := f.count("create"); err != nil {
+		return err
+	}
+	r, ok := req.(api.V0044JobSubmitReq)
+	out, ok2 := obj.(*types.V0044JobInfo)
+	if !ok || !ok2 || r.Job == nil {
+		return errors.New(http.StatusText(http.StatusBadRequest))
+	}
+	if f.RejectSubmit != "" {
+		return aggregate(http.StatusInternalServerError, f.RejectSubmit)
+	}
+	f.mu.Lock()
+	f.LastSubmit = r.Job
+	id := f.nextID
+	f.nextID++
+	f.mu.Unlock()
+	*out = types.V0044JobInfo{}
+	out.JobId = ptr.To(id)
+	out.Name = r.Job.Name
+	out.AdminComment = r.Job.AdminComment
+	out.Partition = ptr.To(ptr.Deref(r.Job.Partition, "k8s"))
+	out.JobState = &[]api.V0044JobInfoJobState{api.V0044JobInfoJobStatePENDING}
+	out.StateReason = ptr.To("None")
+	if r.Job.ExcludedNodes != nil {
+		out.ExcludedNodes = ptr.To(strings.Join(*r.Job.ExcludedNodes, ","))
+	}
+	return f.inner.Create(ctx, out, req)
+}
+
+// delete cancels: the job stays on record as CANCELLED, as in slurmctld.
+func (f *Fake) delete(ctx context.Context, obj object.Object, _ ...slurmclient.DeleteOption) error {
+	if err := f.count("delete"); err != nil {
+		return err
+	}
+	id, err := strconv.Atoi(string(obj.GetKey()))
+	if err != nil {
+		return err
+	}
+	return f.update(ctx, int32(id), func(j *types.V0044JobInfo) {
+		j.JobState = &[]api.V0044JobInfoJobState{api.V0044JobInfoJobStateCANCELLED}
+	})
+}
+
+func (f *Fake) update(ctx context.Context, id int32, mutate func(*types.V0044JobInfo)) error {
+	j := &types.V0044JobInfo{}
+	if err := f.inner.Get(ctx, object.ObjectKey(strconv.Itoa(int(id))), j); err != nil {
+		return err
+	}
+	mutate(j)
+	return f.inner.Update(ctx, j, nil)
+}
+
+// Allocate starts a pending job on the given nodes, in rank order.
+func (f *Fake) Allocate(id int32, nodes ...string) error {
+	return f.update(context.Background(), id, func(j *types.V0044JobInfo) {
+		j.JobState = &[]api.V0044JobInfoJobState{api.V0044JobInfoJobStateRUNNING}
+		j.StateReason = ptr.To("None")
+		alloc := api.V0044JobResNodes{}
+		for i, n := range nodes {
+			alloc = append(alloc, api.V0044JobResNode{Index: int32(i), Name: n})
+		}
+		j.JobResources = &api.V0044JobRes{}
+		j.JobResources.Nodes = &struct {
+			Allocation *api.V0044JobResNodes             `json:"allocation,omitempty"`
+			Count      *int32                            `json:"count,omitempty"`
+			List       *string                           `json:"list,omitempty"`
+			SelectType *[]api.V0044JobResNodesSelectType `json:"select_type,omitempty"`
+			Whole      *bool                             `json:"whole,omitempty"`
+		}{Allocation: &alloc}
+	})
+}
+
+// SetState sets a job's state and reason, as Slurm reports them.
+func (f *Fake) SetState(id int32, state, reason string) error {
+	return f.update(context.Background(), id, func(j *types.V0044JobInfo) {
+		j.JobState = &[]api.V0044JobInfoJobState{api.V0044JobInfoJobState(state)}
+		j.StateReason = ptr.To(reason)
+	})
+}
+
+// AddForeignJobs adds n jobs that are not ours (sbatch jobs of other users), to grow the queue.
+func (f *Fake) AddForeignJobs(n int) error {
+	for i := 0; i < n; i++ {
+		f.mu.Lock()
+		id := f.nextID
+		f.nextID++
+		f.mu.Unlock()
+		j := &types.V0044JobInfo{}
+		j.JobId = ptr.To(id)
+		j.Name = ptr.To("sbatch-" + strconv.Itoa(int(id)))
+		j.JobState = &[]api.V0044JobInfoJobState{api.V0044JobInfoJobStatePENDING}
+		j.StateReason = ptr.To("Priority")
+		if err := f.inner.Create(context.Background(), j, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// aggregate builds an error shaped as slurm-client reports a non-200 answer.
+func aggregate(code int, msgs ...string) error {
+	errs := []error{errors.New(http.StatusText(code))}
+	for _, m := range msgs {
+		errs = append(errs, errors.New(m))
+	}
+	return utilerrors.NewAggregate(errs)
+}

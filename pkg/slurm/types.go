@@ -1,0 +1,127 @@
+// Package slurm is kubeslurm's only user of slurm-client: typed calls to slurmrestd
+// (submit, cancel, get and list jobs, list nodes), errors classified once, JWT tokens,
+// and one shared Watcher that caches our placeholder jobs and Slurm's nodes and tells
+// subscribers what changed. The slurmrestd API version is pinned in apiversion.go.
+package slurm
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kubeslurm/kubeslurm/pkg/slurmjob"
+)
+
+// Base job states (Slurm's job_state minus its flags).
+const (
+	StatePending     = "PENDING"
+	StateRunning     = "RUNNING"
+	StateSuspended   = "SUSPENDED"
+	StateCompleted   = "COMPLETED"
+	StateCancelled   = "CANCELLED"
+	StateFailed      = "FAILED"
+	StateTimeout     = "TIMEOUT"
+	StateNodeFail    = "NODE_FAIL"
+	StatePreempted   = "PREEMPTED"
+	StateBootFail    = "BOOT_FAIL"
+	StateDeadline    = "DEADLINE"
+	StateOutOfMemory = "OUT_OF_MEMORY"
+)
+
+var baseStates = []string{
+	StatePending, StateRunning, StateSuspended, StateCompleted, StateCancelled, StateFailed,
+	StateTimeout, StateNodeFail, StatePreempted, StateBootFail, StateDeadline, StateOutOfMemory,
+}
+
+// Job is what kubeslurm knows of one Slurm job, independent of the API version.
+type Job struct {
+	ID    int32
+	Name  string
+	State string
+	// Flags are the job_state entries beyond the base state (COMPLETING, REQUEUED, ...).
+	Flags  []string
+	Reason string
+	// Nodes are the allocated nodes in Slurm's rank order (empty while pending).
+	Nodes []string
+	// ExcludedNodes are the nodes the job was submitted to avoid.
+	ExcludedNodes []string
+	Partition     string
+	UserName      string
+	// Pods are the pods a placeholder job stands for; empty for any other job.
+	Pods      []slurmjob.PodRef
+	StartTime time.Time
+	EndTime   time.Time
+}
+
+// Ours reports whether the job is a kubeslurm placeholder job.
+func (j *Job) Ours() bool { return len(j.Pods) > 0 }
+
+// Ended reports whether the job has reached a terminal state.
+func (j *Job) Ended() bool {
+	switch j.State {
+	case StatePending, StateRunning, StateSuspended, "":
+		return false
+	}
+	return true
+}
+
+// Allocated reports whether Slurm has given the job its nodes and it holds them now.
+func (j *Job) Allocated() bool {
+	return j.State == StateRunning && len(j.Nodes) > 0 && !j.HasFlag("COMPLETING")
+}
+
+// HasFlag reports whether the job_state list carries the flag.
+func (j *Job) HasFlag(flag string) bool { return slices.Contains(j.Flags, flag) }
+
+// StateString is the state as squeue shows it ("RUNNING", "PENDING (Priority)").
+func (j *Job) StateString() string {
+	s := j.State
+	if len(j.Flags) > 0 {
+		s += "+" + strings.Join(j.Flags, "+")
+	}
+	if j.Reason != "" && j.Reason != "None" {
+		s += " (" + j.Reason + ")"
+	}
+	return s
+}
+
+// NodeForPod returns the node allocated to the pod: member i of the job gets rank i.
+func (j *Job) NodeForPod(ref slurmjob.PodRef) (string, bool) {
+	for i, p := range j.Pods {
+		if p.UID == ref.UID {
+			if i < len(j.Nodes) {
+				return j.Nodes[i], true
+			}
+			return "", false
+		}
+	}
+	return "", false
+}
+
+func (j *Job) String() string { return fmt.Sprintf("job %d %s", j.ID, j.StateString()) }
+
+// equal reports whether two observations of a job differ in anything we act on.
+func (j *Job) equal(o *Job) bool {
+	return j.State == o.State && j.Reason == o.Reason && slices.Equal(j.Flags, o.Flags) &&
+		slices.Equal(j.Nodes, o.Nodes) && j.StartTime.Equal(o.StartTime) && j.EndTime.Equal(o.EndTime)
+}
+
+// splitState separates Slurm's job_state list into the base state and its flags.
+func splitState(states []string) (base string, flags []string) {
+	for _, s := range states {
+		if base == "" && slices.Contains(baseStates, s) {
+			base = s
+			continue
+		}
+		flags = append(flags, s)
+	}
+	return base, flags
+}
+
+// Node is one Slurm node: its name, state flags (IDLE, ALLOCATED, DRAIN, ...) and reason.
+type Node struct {
+	Name   string
+	States []string
+	Reason string
+}

@@ -1,0 +1,151 @@
+// Package slurmjob is the placeholder-job contract: what a Slurm job made for Kubernetes
+// pods looks like (JobSpec), how it is built from a pod and its annotations, and how the
+// pods it stands for are recorded on the job. It is pure: no I/O.
+package slurmjob
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	resourcehelper "k8s.io/component-helpers/resource"
+)
+
+// GPUResource is the extended resource whose count becomes the job's gres/gpu.
+const GPUResource v1.ResourceName = "nvidia.com/gpu"
+
+// PodRef identifies one pod a placeholder job stands for.
+type PodRef struct {
+	Namespace string    `json:"ns"`
+	Name      string    `json:"name"`
+	UID       types.UID `json:"uid"`
+}
+
+// Key is the pod's namespace/name, the key Kubernetes caches and queues use.
+func (r PodRef) Key() string { return r.Namespace + "/" + r.Name }
+
+// RefOf returns the PodRef of a pod.
+func RefOf(pod *v1.Pod) PodRef {
+	return PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
+}
+
+// JobSpec is everything kubeslurm asks of Slurm for one placeholder job.
+// Zero values mean "Slurm's default" (the partition's default time limit, say).
+type JobSpec struct {
+	Name        string
+	Partition   string
+	Account     string
+	QOS         string
+	Reservation string
+	// TimeLimitMinutes is nil for the partition default; Unlimited for no limit.
+	TimeLimitMinutes *uint32
+	// Priority is nil for the priority plugin's own choice.
+	Priority *uint32
+
+	Nodes           int32
+	CPUsPerNode     int32
+	MemoryPerNodeMB int64
+	GPUsPerNode     int64
+	Exclusive       bool
+	// ExcludedNodes are Slurm nodes the pod cannot use (Kubernetes filters rejected them).
+	ExcludedNodes []string
+
+	// Pods are the pods this job stands for, in rank order.
+	Pods []PodRef
+}
+
+// Unlimited is the TimeLimitMinutes value of "no time limit".
+const Unlimited = math.MaxUint32
+
+// ForPod builds the JobSpec for a single pod, reading its resource requests and its
+// slurmjob annotations. Any invalid annotation is an error naming the annotation.
+func ForPod(pod *v1.Pod) (JobSpec, error) {
+	opts, err := ParseAnnotations(pod.Annotations)
+	if err != nil {
+		return JobSpec{}, err
+	}
+	spec := JobSpec{
+		Name:  pod.Namespace + "/" + pod.Name,
+		Nodes: 1,
+		Pods:  []PodRef{RefOf(pod)},
+	}
+	opts.apply(&spec)
+	spec.CPUsPerNode, spec.MemoryPerNodeMB, spec.GPUsPerNode = Requests(pod)
+	return spec, nil
+}
+
+// Requests returns the pod's effective requests in Slurm's units: whole CPUs (rounded up,
+// at least 1), memory in MiB (rounded up; 0 when the pod requests none) and GPUs.
+func Requests(pod *v1.Pod) (cpus int32, memMB int64, gpus int64) {
+	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	cpus = 1
+	if q, ok := reqs[v1.ResourceCPU]; ok {
+		if c := int32((q.MilliValue() + 999) / 1000); c > 1 {
+			cpus = c
+		}
+	}
+	if q, ok := reqs[v1.ResourceMemory]; ok {
+		memMB = ceilDiv(q.Value(), 1<<20)
+	}
+	gpus = quantity(reqs, GPUResource)
+	if gpus == 0 {
+		// Extended resources may be given as limits only.
+		gpus = quantity(resourcehelper.PodLimits(pod, resourcehelper.PodResourcesOptions{}), GPUResource)
+	}
+	return cpus, memMB, gpus
+}
+
+func quantity(list v1.ResourceList, name v1.ResourceName) int64 {
+	if q, ok := list[name]; ok {
+		return q.Value()
+	}
+	return 0
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// TRESPerNode is the job's tres_per_node string ("gres/gpu:2"), empty without GPUs.
+func (s JobSpec) TRESPerNode() string {
+	if s.GPUsPerNode <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("gres/gpu:%d", s.GPUsPerNode)
+}
+
+// WithExcludedNodes returns a copy of the spec excluding the given nodes (sorted, unique).
+func (s JobSpec) WithExcludedNodes(nodes []string) JobSpec {
+	seen := map[string]bool{}
+	out := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		if n != "" && !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	s.ExcludedNodes = out
+	return s
+}
+
+// String is a short human description of the request, for events.
+func (s JobSpec) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d node(s) x %d cpu", s.Nodes, s.CPUsPerNode)
+	if s.MemoryPerNodeMB > 0 {
+		fmt.Fprintf(&b, ", %s memory", resource.NewQuantity(s.MemoryPerNodeMB<<20, resource.BinarySI))
+	}
+	if s.GPUsPerNode > 0 {
+		fmt.Fprintf(&b, ", %d gpu", s.GPUsPerNode)
+	}
+	if s.Partition != "" {
+		fmt.Fprintf(&b, ", partition %s", s.Partition)
+	}
+	if s.Exclusive {
+		b.WriteString(", exclusive")
+	}
+	return b.String()
+}
