@@ -18,14 +18,24 @@ command -v debootstrap >/dev/null || {
   echo "==> installing debootstrap"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
 }
+# debootstrap mounts /proc and /sys (and may bind /dev) inside the target while it works; a
+# failed or interrupted run can leave them mounted, and `rm -rf` must never walk into them.
+umount_under() {
+  awk -v r="$1" '$2 == r || index($2, r "/") == 1 { print $2 }' /proc/mounts | sort -r |
+    while read -r m; do umount -l "$m" || true; done
+}
 echo "==> building Slurm root filesystem from Debian $SLURM_SUITE (2-3 min)"
-rm -rf "$dir.tmp"
+umount_under "$dir.tmp"
+rm -rf --one-file-system "$dir.tmp"
 mkdir -p "$cache"
 debootstrap --variant=minbase --include="$packages" "$SLURM_SUITE" "$dir.tmp" >"$cache/debootstrap-$SLURM_SUITE.log" 2>&1 || {
+  umount_under "$dir.tmp"
   echo "debootstrap failed; see $cache/debootstrap-$SLURM_SUITE.log" >&2
   tail -20 "$cache/debootstrap-$SLURM_SUITE.log" >&2
   exit 1
 }
-rm -rf "$dir" && mv "$dir.tmp" "$dir"
+umount_under "$dir.tmp"
+umount_under "$dir"
+rm -rf --one-file-system "$dir" && mv "$dir.tmp" "$dir"
 chroot "$dir" sh -c 'slurmctld -V' >"$dir/.complete"
 echo "==> Slurm root ready: $(cat "$dir/.complete")"

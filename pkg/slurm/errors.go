@@ -113,7 +113,8 @@ func classify(op string, err error) error {
 		e.Kind = KindUnavailable
 	case code == http.StatusBadGateway || code == http.StatusServiceUnavailable ||
 		code == http.StatusGatewayTimeout || code == http.StatusUnauthorized ||
-		code == http.StatusForbidden || code == http.StatusTooManyRequests:
+		code == http.StatusForbidden || code == http.StatusTooManyRequests ||
+		code == http.StatusNetworkAuthenticationRequired:
 		// Auth failures are configuration trouble, not a verdict on the object.
 		e.Kind = KindUnavailable
 	case code == http.StatusInternalServerError && len(e.Messages) == 0:

@@ -77,9 +77,11 @@ var parsers = map[string]parser{
 		return nil
 	},
 	AnnotationPriority: func(v string, o *Options) error {
+		// slurmrestd's v0.0.44 schema carries priorities as int32, so larger values
+		// could be submitted but never read back.
 		p, err := strconv.ParseUint(v, 10, 32)
-		if err != nil || p >= math.MaxUint32-1 { // the top two values mean INFINITE and NO_VAL to Slurm
-			return fmt.Errorf("%q is not a priority: want a whole number from 0 to %d", v, uint32(math.MaxUint32-2))
+		if err != nil || p > math.MaxInt32 {
+			return fmt.Errorf("%q is not a priority: want a whole number from 0 to %d", v, math.MaxInt32)
 		}
 		p32 := uint32(p)
 		o.Priority = &p32

@@ -83,7 +83,7 @@ func TestParseAnnotations(t *testing.T) {
 		{name: "malformed time limit", in: a("time-limit", "ten minutes"), wantErr: "time-limit"},
 		{name: "non-numeric priority", in: a("priority", "high"), wantErr: "priority"},
 		{name: "negative priority", in: a("priority", "-1"), wantErr: "priority"},
-		{name: "priority NO_VAL", in: a("priority", "4294967294"), wantErr: "priority"},
+		{name: "priority beyond int32", in: a("priority", "2147483648"), wantErr: "priority"},
 		{name: "newline in partition", in: a("partition", "gpu\nPartitionName=evil"), wantErr: "partition"},
 		{name: "shell metacharacters", in: a("account", "a;rm -rf /"), wantErr: "account"},
 		{name: "command substitution in job name", in: a("job-name", "$(id)"), wantErr: "job-name"},

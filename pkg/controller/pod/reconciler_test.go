@@ -1,0 +1,221 @@
+package pod
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/kubeslurm/kubeslurm/pkg/slurm"
+	"github.com/kubeslurm/kubeslurm/pkg/slurm/slurmtest"
+	"github.com/kubeslurm/kubeslurm/pkg/slurmjob"
+	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
+)
+
+type fixture struct {
+	t        *testing.T
+	slurm    *slurmtest.Fake
+	watcher  *slurm.Watcher
+	kube     client.Client
+	recorder *events.FakeRecorder
+	r        *Reconciler
+}
+
+func newFixture(t *testing.T, objs ...client.Object) *fixture {
+	f := &fixture{t: t, slurm: slurmtest.New("n1", "n2"), recorder: events.NewFakeRecorder(100)}
+	f.kube = fake.NewClientBuilder().WithObjects(objs...).Build()
+	f.watcher = slurm.NewWatcher(f.slurm, time.Hour, time.Hour)
+	f.r = &Reconciler{Client: f.kube, APIReader: f.kube, Slurm: f.slurm, Watcher: f.watcher,
+		Recorder: f.recorder, SchedulerName: wellknown.SchedulerName, NotSyncedRetry: time.Second}
+	return f
+}
+
+func (f *fixture) submitFor(pod *v1.Pod) int32 {
+	job, err := f.slurm.Submit(context.Background(), slurmjob.JobSpec{Nodes: 1, CPUsPerNode: 1, Pods: []slurmjob.PodRef{slurmjob.RefOf(pod)}})
+	require.NoError(f.t, err)
+	return job.ID
+}
+
+func (f *fixture) poll() { require.NoError(f.t, f.watcher.Poll(context.Background())) }
+
+func (f *fixture) reconcile(name string) (ctrl.Result, error) {
+	return f.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: name}})
+}
+
+func (f *fixture) jobState(id int32) string {
+	j, err := f.slurm.GetJob(context.Background(), id)
+	require.NoError(f.t, err)
+	return j.State
+}
+
+func (f *fixture) events() string {
+	var out []string
+	for {
+		select {
+		case e := <-f.recorder.Events:
+			out = append(out, e)
+		default:
+			return strings.Join(out, "\n")
+		}
+	}
+}
+
+func (f *fixture) pod(name string) (*v1.Pod, error) {
+	p := &v1.Pod{}
+	err := f.kube.Get(context.Background(), types.NamespacedName{Namespace: "default", Name: name}, p)
+	return p, err
+}
+
+func newPod(name, node string, phase v1.PodPhase, jobID string) *v1.Pod {
+	p := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name)},
+		Spec:       v1.PodSpec{SchedulerName: wellknown.SchedulerName, NodeName: node},
+		Status:     v1.PodStatus{Phase: phase},
+	}
+	if jobID != "" {
+		p.Labels = map[string]string{wellknown.JobIDLabel: jobID}
+	}
+	return p
+}
+
+func TestTerminalPodCancelsItsJob(t *testing.T) {
+	pod := newPod("p", "n1", v1.PodSucceeded, "1")
+	f := newFixture(t, pod)
+	id := f.submitFor(pod)
+	require.NoError(t, f.slurm.Allocate(id, "n1"))
+	f.poll()
+
+	_, err := f.reconcile("p")
+	require.NoError(t, err)
+	assert.Equal(t, slurm.StateCancelled, f.jobState(id))
+	assert.Contains(t, f.events(), wellknown.EventSlurmJobCancelled)
+}
+
+func TestDeletedPodCancelsItsJob(t *testing.T) {
+	gone := newPod("gone", "n1", v1.PodRunning, "1")
+	f := newFixture(t)
+	id := f.submitFor(gone)
+	f.poll()
+
+	_, err := f.reconcile("gone")
+	require.NoError(t, err)
+	assert.Equal(t, slurm.StateCancelled, f.jobState(id))
+}
+
+func TestRecreatedPodCancelsTheOldPodsJob(t *testing.T) {
+	old := newPod("p", "", v1.PodPending, "")
+	current := newPod("p", "", v1.PodPending, "")
+	current.UID = "uid-new"
+	f := newFixture(t, current)
+	oldID := f.submitFor(old)
+	newID := f.submitFor(current)
+	f.poll()
+
+	_, err := f.reconcile("p")
+	require.NoError(t, err)
+	assert.Equal(t, slurm.StateCancelled, f.jobState(oldID))
+	assert.Equal(t, slurm.StatePending, f.jobState(newID))
+}
+
+func TestEndedJobEndsItsPod(t *testing.T) {
+	pod := newPod("p", "n1", v1.PodRunning, "1")
+	f := newFixture(t, pod)
+	id := f.submitFor(pod)
+	require.NoError(t, f.slurm.SetState(id, slurm.StateCancelled, "None"))
+	f.poll()
+
+	_, err := f.reconcile("p")
+	require.NoError(t, err)
+	_, err = f.pod("p")
+	assert.True(t, apierrors.IsNotFound(err), "pod deleted")
+	ev := f.events()
+	assert.Contains(t, ev, wellknown.EventSlurmJobEnded)
+	assert.Contains(t, ev, "CANCELLED")
+}
+
+func TestReplacedJobDoesNotEndThePod(t *testing.T) {
+	pod := newPod("p", "", v1.PodPending, "2")
+	f := newFixture(t, pod)
+	first := f.submitFor(pod)
+	second := f.submitFor(pod)
+	require.Equal(t, int32(2), second)
+	require.NoError(t, f.slurm.SetState(first, slurm.StateCancelled, "None"))
+	f.poll()
+
+	_, err := f.reconcile("p")
+	require.NoError(t, err)
+	_, err = f.pod("p")
+	assert.NoError(t, err, "the pod names job 2; job 1's end is not its end")
+}
+
+func TestJobStateIsWrittenOntoThePod(t *testing.T) {
+	pod := newPod("p", "", v1.PodPending, "1")
+	f := newFixture(t, pod)
+	id := f.submitFor(pod)
+	require.NoError(t, f.slurm.SetState(id, slurm.StatePending, "Priority"))
+	f.poll()
+	_, err := f.reconcile("p")
+	require.NoError(t, err)
+	got, _ := f.pod("p")
+	assert.Equal(t, "PENDING", got.Annotations[wellknown.JobStateAnnotation])
+	assert.Equal(t, "Priority", got.Annotations[wellknown.JobReasonAnnotation])
+
+	require.NoError(t, f.slurm.Allocate(id, "n2"))
+	f.poll()
+	_, err = f.reconcile("p")
+	require.NoError(t, err)
+	got, _ = f.pod("p")
+	assert.Equal(t, "RUNNING", got.Annotations[wellknown.JobStateAnnotation])
+	assert.Equal(t, "n2", got.Annotations[wellknown.JobNodesAnnotation])
+	assert.Contains(t, f.events(), wellknown.EventSlurmJobAllocated)
+}
+
+func TestFailClosed(t *testing.T) {
+	pod := newPod("p", "n1", v1.PodSucceeded, "1")
+	f := newFixture(t, pod)
+	id := f.submitFor(pod)
+
+	// Not synced yet: requeue, touch nothing.
+	res, err := f.reconcile("p")
+	require.NoError(t, err)
+	assert.NotZero(t, res.RequeueAfter)
+	assert.Equal(t, slurm.StatePending, f.jobState(id))
+
+	// Slurm unreachable: the cancel fails loudly and is retried; nothing is assumed.
+	f.poll()
+	f.slurm.FailWith = errors.New("connection refused")
+	_, err = f.reconcile("p")
+	assert.Error(t, err)
+
+	// A bound pod whose job cannot be read is not deleted.
+	bound := newPod("b", "n1", v1.PodRunning, "77")
+	f2 := newFixture(t, bound)
+	f2.poll()
+	f2.slurm.FailWith = errors.New("connection refused")
+	_, err = f2.reconcile("b")
+	assert.Error(t, err)
+	_, err = f2.pod("b")
+	assert.NoError(t, err)
+}
+
+func TestBoundPodWhoseJobSlurmNoLongerHasIsEnded(t *testing.T) {
+	bound := newPod("b", "n1", v1.PodRunning, "77")
+	f := newFixture(t, bound)
+	f.poll()
+	_, err := f.reconcile("b")
+	require.NoError(t, err)
+	_, err = f.pod("b")
+	assert.True(t, apierrors.IsNotFound(err))
+}
