@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -58,7 +59,40 @@ func TestMain(m *testing.M) {
 	for _, n := range list.Items {
 		nodes = append(nodes, n.Name)
 	}
+	if err := clearExample(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		os.Exit(1)
+	}
 	os.Exit(m.Run())
+}
+
+// clearExample deletes the example pod `make up` applied, and waits until every Slurm node
+// is idle: the tests count on having all nodes to themselves.
+func clearExample() error {
+	ctx := context.Background()
+	err := kube.CoreV1().Pods("default").Delete(ctx, "slurm-placed", metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	var last string
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		out, err := runCmd(filepath.Join(runDir, "bin", "sinfo"), "-h", "-N", "-o", "%N %t")
+		last = out
+		if err != nil {
+			return false, nil
+		}
+		idle := 0
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasSuffix(line, " idle") {
+				idle++
+			}
+		}
+		return idle == len(nodes), nil
+	})
+	if err != nil {
+		return fmt.Errorf("Slurm nodes not all idle before the tests: %s", last)
+	}
+	return nil
 }
 
 // slurmCmd runs one of the Slurm command wrappers (squeue, sbatch, ...) of the local cluster.
@@ -217,12 +251,15 @@ func waitGone(t *testing.T, ns, name string, timeout time.Duration) {
 	})
 }
 
-// complete marks a pod Succeeded, as a kubelet does when its containers exit 0.
+// complete marks a pod Succeeded, as a kubelet does when its containers exit 0. It waits
+// for kwok to have started the pod first: a real pod ends only after it ran.
 func complete(t *testing.T, p *v1.Pod) {
 	t.Helper()
-	p = getPod(t, p.Namespace, p.Name)
-	p.Status.Phase = v1.PodSucceeded
-	_, err := kube.CoreV1().Pods(p.Namespace).UpdateStatus(context.Background(), p, metav1.UpdateOptions{})
+	eventually(t, 30*time.Second, p.Name+" Running before it completes", func() bool {
+		return getPod(t, p.Namespace, p.Name).Status.Phase == v1.PodRunning
+	})
+	_, err := kube.CoreV1().Pods(p.Namespace).Patch(context.Background(), p.Name, types.MergePatchType,
+		[]byte(`{"status":{"phase":"Succeeded"}}`), metav1.PatchOptions{}, "status")
 	require.NoError(t, err)
 }
 

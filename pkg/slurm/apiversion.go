@@ -68,6 +68,11 @@ func submitRequest(spec slurmjob.JobSpec) api.V0044JobSubmitReq {
 	return api.V0044JobSubmitReq{Job: desc}
 }
 
+// nudgeRequest is a job update that changes nothing (the job's own nice value).
+func nudgeRequest(j *Job) api.V0044JobDescMsg {
+	return api.V0044JobDescMsg{Nice: ptr.To(j.Nice)}
+}
+
 func setString(field **string, v string) {
 	if v != "" {
 		*field = ptr.To(v)
@@ -89,6 +94,7 @@ func jobFromAPI(in *apiJob) Job {
 		Reason:    ptr.Deref(in.StateReason, ""),
 		Partition: ptr.Deref(in.Partition, ""),
 		UserName:  ptr.Deref(in.UserName, ""),
+		Nice:      ptr.Deref(in.Nice, 0),
 		StartTime: timeOf(in.StartTime),
 		EndTime:   timeOf(in.EndTime),
 	}

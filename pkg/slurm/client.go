@@ -23,6 +23,11 @@ type Client interface {
 	ListJobs(ctx context.Context) ([]Job, error)
 	ListNodes(ctx context.Context) ([]Node, error)
 	Ping(ctx context.Context) error
+	// Nudge makes slurmctld run its scheduler now, by an update of a pending job that
+	// changes nothing. Slurm does not schedule when an external job ends (no epilog
+	// completes), so without it the nodes a placeholder freed wait for the periodic
+	// scheduler or backfill pass (up to a minute).
+	Nudge(ctx context.Context, pending *Job) error
 }
 
 // Config says how to reach slurmrestd.
@@ -86,6 +91,12 @@ func (c *client) Cancel(ctx context.Context, id int32) error {
 		return nil // already gone: the outcome the caller wanted
 	}
 	return err
+}
+
+func (c *client) Nudge(ctx context.Context, pending *Job) error {
+	j := &apiJob{}
+	j.JobId = &pending.ID
+	return classify("nudge scheduler via job "+strconv.Itoa(int(pending.ID)), c.c.Update(ctx, j, nudgeRequest(pending)))
 }
 
 func (c *client) GetJob(ctx context.Context, id int32) (*Job, error) {

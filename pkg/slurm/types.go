@@ -48,6 +48,8 @@ type Job struct {
 	ExcludedNodes []string
 	Partition     string
 	UserName      string
+	// Nice is the job's nice value; Nudge writes it back unchanged.
+	Nice int32
 	// Pods are the pods a placeholder job stands for; empty for any other job.
 	Pods      []slurmjob.PodRef
 	StartTime time.Time

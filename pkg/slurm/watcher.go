@@ -40,6 +40,9 @@ type Watcher struct {
 	jobs     map[int32]*Job
 	byPod    map[types.UID]int32
 	byKey    map[string]map[int32]bool
+	// observed records when Observe added a job, so a poll that was already under way
+	// (and so could not list it) does not drop it as gone.
+	observed map[int32]time.Time
 	nodes    map[string]Node
 	synced   bool
 	lastErr  error
@@ -53,7 +56,7 @@ type Watcher struct {
 func NewWatcher(c Client, interval, resyncPeriod time.Duration) *Watcher {
 	return &Watcher{
 		client: c, interval: interval, resyncPeriod: resyncPeriod,
-		jobs: map[int32]*Job{}, byPod: map[types.UID]int32{}, byKey: map[string]map[int32]bool{}, nodes: map[string]Node{},
+		jobs: map[int32]*Job{}, byPod: map[types.UID]int32{}, byKey: map[string]map[int32]bool{}, observed: map[int32]time.Time{}, nodes: map[string]Node{},
 		pollNow: make(chan struct{}, 1),
 	}
 }
@@ -93,12 +96,13 @@ func (w *Watcher) Trigger() {
 
 // Poll lists jobs and nodes once and publishes the differences.
 func (w *Watcher) Poll(ctx context.Context) error {
+	started := time.Now()
 	jobs, err := w.client.ListJobs(ctx)
 	if err == nil {
 		var nodes []Node
 		nodes, err = w.client.ListNodes(ctx)
 		if err == nil {
-			w.apply(jobs, nodes)
+			w.apply(started, jobs, nodes)
 			return nil
 		}
 	}
@@ -108,7 +112,7 @@ func (w *Watcher) Poll(ctx context.Context) error {
 	return err
 }
 
-func (w *Watcher) apply(list []Job, nodes []Node) {
+func (w *Watcher) apply(started time.Time, list []Job, nodes []Node) {
 	w.mu.Lock()
 	now := time.Now()
 	change := Change{Resync: !w.synced || now.Sub(w.lastFull) >= w.resyncPeriod}
@@ -129,6 +133,12 @@ func (w *Watcher) apply(list []Job, nodes []Node) {
 		w.store(&j)
 	}
 	for id, old := range w.jobs {
+		if at, ok := w.observed[id]; ok {
+			if !at.Before(started) {
+				continue // submitted while this poll ran: the listing could not have it
+			}
+			delete(w.observed, id)
+		}
 		if !seen[id] {
 			change.Jobs = append(change.Jobs, JobChange{Job: *old, Gone: true})
 			w.forget(old)
@@ -176,6 +186,7 @@ func (w *Watcher) store(j *Job) {
 
 func (w *Watcher) forget(j *Job) {
 	delete(w.jobs, j.ID)
+	delete(w.observed, j.ID)
 	for _, p := range j.Pods {
 		if ids := w.byKey[p.Key()]; ids != nil {
 			delete(ids, j.ID)
@@ -196,6 +207,7 @@ func (w *Watcher) Observe(j *Job) {
 	}
 	w.mu.Lock()
 	w.store(j)
+	w.observed[j.ID] = time.Now()
 	w.mu.Unlock()
 }
 
@@ -258,6 +270,22 @@ func (w *Watcher) Jobs() []Job {
 	return out
 }
 
+// AnyPending returns one pending placeholder job (the oldest), if there is one.
+func (w *Watcher) AnyPending() (Job, bool) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	var best *Job
+	for _, j := range w.jobs {
+		if j.State == StatePending && (best == nil || j.ID < best.ID) {
+			best = j
+		}
+	}
+	if best == nil {
+		return Job{}, false
+	}
+	return *best, true
+}
+
 // Node returns a Slurm node by name.
 func (w *Watcher) Node(name string) (Node, bool) {
 	w.mu.RLock()
@@ -275,4 +303,19 @@ func (w *Watcher) NodeNames() []string {
 		out = append(out, n)
 	}
 	return out
+}
+
+// Release cancels a placeholder job and has slurmctld schedule what it freed right away
+// (see Client.Nudge). A failed nudge is only logged: the periodic scheduler still runs.
+func Release(ctx context.Context, c Client, w *Watcher, id int32) error {
+	if err := c.Cancel(ctx, id); err != nil {
+		return err
+	}
+	if p, ok := w.AnyPending(); ok && p.ID != id {
+		if err := c.Nudge(ctx, &p); err != nil {
+			klog.FromContext(ctx).Error(err, "Nudging Slurm's scheduler after a cancel", "cancelled", id)
+		}
+	}
+	w.Trigger()
+	return nil
 }

@@ -137,10 +137,9 @@ func (r *Reconciler) cancelAll(ctx context.Context, jobs []slurm.Job, keepUID ty
 }
 
 func (r *Reconciler) cancel(ctx context.Context, id int32) error {
-	if err := r.Slurm.Cancel(ctx, id); err != nil {
+	if err := slurm.Release(ctx, r.Slurm, r.Watcher, id); err != nil {
 		return fmt.Errorf("cancelling Slurm job %d: %w", id, err)
 	}
-	r.Watcher.Trigger()
 	return nil
 }
 

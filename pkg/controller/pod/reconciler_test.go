@@ -95,11 +95,15 @@ func TestTerminalPodCancelsItsJob(t *testing.T) {
 	f := newFixture(t, pod)
 	id := f.submitFor(pod)
 	require.NoError(t, f.slurm.Allocate(id, "n1"))
+	waiting := f.submitFor(newPod("waiting", "", v1.PodPending, ""))
 	f.poll()
+	f.slurm.Requests()
 
 	_, err := f.reconcile("p")
 	require.NoError(t, err)
 	assert.Equal(t, slurm.StateCancelled, f.jobState(id))
+	assert.Equal(t, slurm.StatePending, f.jobState(waiting))
+	assert.Equal(t, 1, f.slurm.Requests()["update"], "Slurm's scheduler is nudged to use the freed node now")
 	assert.Contains(t, f.events(), wellknown.EventSlurmJobCancelled)
 }
 

@@ -217,7 +217,7 @@ func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.P
 		if job == nil {
 			return nil, status
 		}
-		if err := p.slurm.Cancel(ctx, s.job.ID); err != nil {
+		if err := slurm.Release(ctx, p.slurm, p.watcher, s.job.ID); err != nil {
 			klog.FromContext(ctx).Error(err, "Cancelling replaced Slurm job", "job", s.job.ID, "pod", klog.KObj(pod))
 		}
 		return nil, status

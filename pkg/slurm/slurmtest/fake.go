@@ -55,6 +55,7 @@ func New(nodes ...string) *Fake {
 		List:   f.list,
 		Create: f.create,
 		Delete: f.delete,
+		Update: f.nudge,
 	}))
 	return f
 }
@@ -118,6 +119,11 @@ func (f *Fake) create(ctx context.Context, obj object.Object, req any, _ ...slur
 		out.ExcludedNodes = ptr.To(strings.Join(*r.Job.ExcludedNodes, ","))
 	}
 	return f.inner.Create(ctx, out, req)
+}
+
+// nudge is the only update kubeslurm makes: it changes nothing, so only count it.
+func (f *Fake) nudge(context.Context, object.Object, any, ...slurmclient.UpdateOption) error {
+	return f.count("update")
 }
 
 // delete cancels: the job stays on record as CANCELLED, as in slurmctld.
