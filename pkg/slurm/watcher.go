@@ -36,10 +36,10 @@ type Watcher struct {
 	interval     time.Duration
 	resyncPeriod time.Duration
 
-	mu       sync.RWMutex
-	jobs     map[int32]*Job
-	byPod    map[types.UID]int32
-	byKey    map[string]map[int32]bool
+	mu    sync.RWMutex
+	jobs  map[int32]*Job
+	byPod map[types.UID]int32
+	byKey map[string]map[int32]bool
 	// observed records when Observe added a job, so a poll that was already under way
 	// (and so could not list it) does not drop it as gone.
 	observed map[int32]time.Time
