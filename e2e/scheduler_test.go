@@ -74,6 +74,11 @@ func TestSbatchJobAndPodShareNodes(t *testing.T) {
 	})
 	assert.Empty(t, p.Spec.NodeName)
 	assert.Contains(t, podEvents(t, p), "PENDING (Resources)")
+	// The nodes the affinity rules out reach Slurm as excluded nodes, never as required ones.
+	show := slurmCmd(t, "scontrol", "show", "job", strconv.Itoa(int(jobIDOf(t, p))))
+	assert.Regexp(t, `ExcNodeList=\S+`, show)
+	assert.NotRegexp(t, `ExcNodeList=\S*`+node, show)
+	assert.Contains(t, show, "ReqNodeList=(null)")
 
 	slurmCmd(t, "scancel", sbatchID)
 	p = waitBound(t, ns, "needs-node", 30*time.Second)
