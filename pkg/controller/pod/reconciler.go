@@ -6,9 +6,9 @@ package pod
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -44,6 +45,15 @@ type Reconciler struct {
 	SchedulerName string
 	// NotSyncedRetry is how soon to retry while Slurm has not been read yet.
 	NotSyncedRetry time.Duration
+	// NotReadyGrace is how long a pod's node may stay NotReady before the pod's job is
+	// cancelled and the pod force-removed (a pod with no kubelet never ends by itself);
+	// 0 disables it.
+	NotReadyGrace time.Duration
+	// EvictionGuard creates a PodDisruptionBudget per running placeholder job, so a drain
+	// waits for Slurm to finish the job instead of evicting the pod.
+	EvictionGuard bool
+	// now is the clock (tests replace it).
+	now func() time.Time
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -83,15 +93,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if err := r.cancel(ctx, job.ID); err != nil {
 			return ctrl.Result{}, err
 		}
-		r.Recorder.Eventf(pod, nil, v1.EventTypeNormal, wellknown.EventSlurmJobCancelled, "Cancel",
-			"Pod %s; cancelled Slurm job %d", podEnd(pod), job.ID)
+		r.Recorder.Eventf(pod, nil, v1.EventTypeNormal, wellknown.EventSlurmJobReleased, "Cancel",
+			"Pod %s; cancelled Slurm job %d to release its nodes", podEnd(pod), job.ID)
 		return ctrl.Result{}, nil
 	case podDone:
 		return ctrl.Result{}, nil
 	case job.Ended() && linkedTo(pod, job.ID):
-		return ctrl.Result{}, r.endPod(ctx, pod, fmt.Sprintf("Slurm job %d ended: %s", job.ID, job.StateString()))
+		reason, note := endEvent(&job)
+		return ctrl.Result{}, r.endPod(ctx, pod, &job, reason, note)
 	}
-	return ctrl.Result{}, r.syncAnnotations(ctx, pod, &job)
+	if err := r.syncJobState(ctx, pod, &job); err != nil {
+		return ctrl.Result{}, err
+	}
+	if r.EvictionGuard && job.Allocated() && pod.Spec.NodeName != "" {
+		if err := r.guardEviction(ctx, pod, &job); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return r.checkNodeReady(ctx, pod, &job)
 }
 
 // reconcileMissingJob handles a pod Slurm has no record of. Only a bound pod whose
@@ -109,7 +128,7 @@ func (r *Reconciler) reconcileMissingJob(ctx context.Context, pod *v1.Pod) (ctrl
 	job, err := r.Slurm.GetJob(ctx, int32(id))
 	switch {
 	case slurm.IsNotFound(err):
-		return ctrl.Result{}, r.endPod(ctx, pod, fmt.Sprintf("Slurm job %d no longer exists", id))
+		return ctrl.Result{}, r.endPod(ctx, pod, nil, wellknown.EventSlurmJobEnded, fmt.Sprintf("Slurm job %d no longer exists", id))
 	case err != nil:
 		return ctrl.Result{}, err
 	}
@@ -117,7 +136,8 @@ func (r *Reconciler) reconcileMissingJob(ctx context.Context, pod *v1.Pod) (ctrl
 		r.Watcher.Observe(job)
 	}
 	if job.Ended() {
-		return ctrl.Result{}, r.endPod(ctx, pod, fmt.Sprintf("Slurm job %d ended: %s", id, job.StateString()))
+		reason, note := endEvent(job)
+		return ctrl.Result{}, r.endPod(ctx, pod, job, reason, note)
 	}
 	return ctrl.Result{}, nil
 }
@@ -143,61 +163,128 @@ func (r *Reconciler) cancel(ctx context.Context, id int32) error {
 	return nil
 }
 
-// endPod deletes a pod whose job is over, saying why in an event first. The delete is
-// preconditioned on the UID, so a new pod of the same name is never hit.
-func (r *Reconciler) endPod(ctx context.Context, pod *v1.Pod, why string) error {
-	log.FromContext(ctx).Info("Slurm job ended; deleting its pod", "reason", why)
-	r.Recorder.Eventf(pod, nil, v1.EventTypeWarning, wellknown.EventSlurmJobEnded, "Delete", "%s; deleting the pod", why)
-	err := r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID})
+// endPod deletes a pod whose job is over, saying why first: an event, the SlurmJob
+// condition and a DisruptionTarget condition (which a Job's podFailurePolicy can match).
+// The delete is preconditioned on the UID, so a new pod of the same name is never hit.
+func (r *Reconciler) endPod(ctx context.Context, pod *v1.Pod, job *slurm.Job, reason, note string) error {
+	return r.removePod(ctx, pod, job, reason, note, nil)
+}
+
+func (r *Reconciler) removePod(ctx context.Context, pod *v1.Pod, job *slurm.Job, reason, note string, grace *int64) error {
+	log.FromContext(ctx).Info("Ending pod", "reason", reason, "why", note)
+	r.Recorder.Eventf(pod, nil, v1.EventTypeWarning, reason, "Delete", "%s; deleting the pod", note)
+	conds := []v1.PodCondition{{
+		Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: wellknown.DisruptionTargetReason, Message: note,
+	}}
+	if job != nil {
+		conds = append(conds, jobCondition(job))
+	}
+	if err := r.patchConditions(ctx, pod, conds...); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	err := r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}, &client.DeleteOptions{GracePeriodSeconds: grace})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil
 	}
 	return err
 }
 
-// syncAnnotations writes the job's state onto the pod, with an event on each change.
-func (r *Reconciler) syncAnnotations(ctx context.Context, pod *v1.Pod, job *slurm.Job) error {
-	want := map[string]string{
-		wellknown.JobIDLabel:          strconv.Itoa(int(job.ID)),
-		wellknown.JobStateAnnotation:  job.State,
-		wellknown.JobReasonAnnotation: job.Reason,
-		wellknown.JobNodesAnnotation:  strings.Join(job.Nodes, ","),
-	}
-	changed := false
+// syncJobState writes the job's state onto the pod (annotations, the SlurmJob condition),
+// with an event on each transition.
+func (r *Reconciler) syncJobState(ctx context.Context, pod *v1.Pod, job *slurm.Job) error {
+	want := jobAnnotations(job)
+	before := map[string]string{}
+	changed := pod.Labels[wellknown.JobIDLabel] != want[wellknown.JobIDLabel]
 	for k, v := range want {
+		before[k] = pod.Annotations[k]
 		if pod.Annotations[k] != v {
 			changed = true
 		}
 	}
-	if !changed && pod.Labels[wellknown.JobIDLabel] == want[wellknown.JobIDLabel] {
+	if changed {
+		patch := client.MergeFrom(pod.DeepCopy())
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		if pod.Labels == nil {
+			pod.Labels = map[string]string{}
+		}
+		for k, v := range want {
+			pod.Annotations[k] = v
+		}
+		pod.Labels[wellknown.JobIDLabel] = want[wellknown.JobIDLabel]
+		if err := r.Client.Patch(ctx, pod, patch); err != nil {
+			return fmt.Errorf("writing job state onto pod: %w", err)
+		}
+		if reason, note := transitionEvent(before, job); reason != "" {
+			r.Recorder.Eventf(pod, nil, v1.EventTypeNormal, reason, "Update", note)
+		}
+	}
+	cond := jobCondition(job)
+	if cur := podCondition(pod, cond.Type); cur != nil && cur.Status == cond.Status && cur.Reason == cond.Reason && cur.Message == cond.Message {
 		return nil
 	}
-	before := pod.Annotations[wellknown.JobStateAnnotation]
-	patch := client.MergeFrom(pod.DeepCopy())
-	if pod.Annotations == nil {
-		pod.Annotations = map[string]string{}
-	}
-	if pod.Labels == nil {
-		pod.Labels = map[string]string{}
-	}
-	for k, v := range want {
-		pod.Annotations[k] = v
-	}
-	pod.Labels[wellknown.JobIDLabel] = want[wellknown.JobIDLabel]
-	if err := r.Client.Patch(ctx, pod, patch); err != nil {
-		return fmt.Errorf("writing job state onto pod: %w", err)
-	}
-	if before != job.State {
-		switch job.State {
-		case slurm.StateRunning:
-			r.Recorder.Eventf(pod, nil, v1.EventTypeNormal, wellknown.EventSlurmJobAllocated, "Allocate",
-				"Slurm job %d allocated node(s) %s", job.ID, strings.Join(job.Nodes, ","))
-		case slurm.StatePending:
-			r.Recorder.Eventf(pod, nil, v1.EventTypeNormal, wellknown.EventSlurmJobPending, "Queue",
-				"Slurm job %d is pending: %s", job.ID, job.Reason)
+	return r.patchConditions(ctx, pod, cond)
+}
+
+func podCondition(pod *v1.Pod, t v1.PodConditionType) *v1.PodCondition {
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == t {
+			return &pod.Status.Conditions[i]
 		}
 	}
 	return nil
+}
+
+// patchConditions sets conditions through the status subresource with a strategic merge
+// patch: conditions merge by type, so those of the scheduler and the kubelet are kept.
+func (r *Reconciler) patchConditions(ctx context.Context, pod *v1.Pod, conds ...v1.PodCondition) error {
+	now := metav1.NewTime(r.clock())
+	for i := range conds {
+		if cur := podCondition(pod, conds[i].Type); cur != nil && cur.Status == conds[i].Status {
+			conds[i].LastTransitionTime = cur.LastTransitionTime
+		} else {
+			conds[i].LastTransitionTime = now
+		}
+	}
+	data, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": conds}})
+	if err != nil {
+		return err
+	}
+	return r.Client.Status().Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, data))
+}
+
+func (r *Reconciler) clock() time.Time {
+	if r.now != nil {
+		return r.now()
+	}
+	return time.Now()
+}
+
+// checkNodeReady cancels the job of a pod whose node has been NotReady past the grace
+// period and force-removes the pod: with no kubelet it would never end, and would hold
+// its Slurm job and GPUs forever. Until then it comes back when the grace runs out.
+func (r *Reconciler) checkNodeReady(ctx context.Context, pod *v1.Pod, job *slurm.Job) (ctrl.Result, error) {
+	if r.NotReadyGrace <= 0 || pod.Spec.NodeName == "" || job.Ended() {
+		return ctrl.Result{}, nil
+	}
+	node := &v1.Node{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node); err != nil {
+		// A deleted node's pods are the pod garbage collector's; their deletion cancels the job.
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	down := nodeNotReadyFor(node, r.clock())
+	if down == 0 {
+		return ctrl.Result{}, nil
+	}
+	if down < r.NotReadyGrace {
+		return ctrl.Result{RequeueAfter: r.NotReadyGrace - down}, nil
+	}
+	if err := r.cancel(ctx, job.ID); err != nil {
+		return ctrl.Result{}, err
+	}
+	note := fmt.Sprintf("node %s NotReady for %s (grace %s); cancelled Slurm job %d", node.Name, down.Round(time.Second), r.NotReadyGrace, job.ID)
+	return ctrl.Result{}, r.removePod(ctx, pod, nil, wellknown.EventNodeNotReady, note, ptr.To[int64](0))
 }
 
 func isTerminal(pod *v1.Pod) bool {
@@ -249,11 +336,57 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		_, labelled := pod.Labels[wellknown.JobIDLabel]
 		return labelled || pod.Spec.SchedulerName == r.SchedulerName
 	})
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1.Pod{}, podNodeField, func(o client.Object) []string {
+		if n := o.(*v1.Pod).Spec.NodeName; n != "" {
+			return []string{n}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("pod-slurmjob").
 		For(&v1.Pod{}, builder.WithPredicates(ours)).
 		WatchesRawSource(source.Channel(jobEvents, &handler.TypedEnqueueRequestForObject[*v1.Pod]{})).
+		Watches(&v1.Node{}, handler.EnqueueRequestsFromMapFunc(r.podsOnNode), builder.WithPredicates(readyChanged)).
 		Complete(r)
+}
+
+const podNodeField = "spec.nodeName"
+
+// podsOnNode maps a node to our pods bound to it.
+func (r *Reconciler) podsOnNode(ctx context.Context, o client.Object) []ctrl.Request {
+	pods := &v1.PodList{}
+	if err := r.Client.List(ctx, pods, client.MatchingFields{podNodeField: o.GetName()}, client.HasLabels{wellknown.JobIDLabel}); err != nil {
+		log.FromContext(ctx).Error(err, "Listing pods on node", "node", o.GetName())
+		return nil
+	}
+	out := make([]ctrl.Request, 0, len(pods.Items))
+	for i := range pods.Items {
+		out = append(out, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&pods.Items[i])})
+	}
+	return out
+}
+
+// readyChanged passes node updates that change the Ready condition's status.
+var readyChanged = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return readyStatus(e.ObjectOld) != readyStatus(e.ObjectNew)
+	},
+}
+
+func readyStatus(o client.Object) v1.ConditionStatus {
+	if n, ok := o.(*v1.Node); ok {
+		for _, c := range n.Status.Conditions {
+			if c.Type == v1.NodeReady {
+				return c.Status
+			}
+		}
+	}
+	return ""
 }
 
 func podStub(ref slurmjob.PodRef) *v1.Pod {

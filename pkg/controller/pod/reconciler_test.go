@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -104,7 +105,7 @@ func TestTerminalPodCancelsItsJob(t *testing.T) {
 	assert.Equal(t, slurm.StateCancelled, f.jobState(id))
 	assert.Equal(t, slurm.StatePending, f.jobState(waiting))
 	assert.Equal(t, 1, f.slurm.Requests()["update"], "Slurm's scheduler is nudged to use the freed node now")
-	assert.Contains(t, f.events(), wellknown.EventSlurmJobCancelled)
+	assert.Contains(t, f.events(), wellknown.EventSlurmJobReleased)
 }
 
 func TestDeletedPodCancelsItsJob(t *testing.T) {
@@ -145,7 +146,7 @@ func TestEndedJobEndsItsPod(t *testing.T) {
 	_, err = f.pod("p")
 	assert.True(t, apierrors.IsNotFound(err), "pod deleted")
 	ev := f.events()
-	assert.Contains(t, ev, wellknown.EventSlurmJobEnded)
+	assert.Contains(t, ev, wellknown.EventSlurmJobCancelled)
 	assert.Contains(t, ev, "CANCELLED")
 }
 
@@ -222,4 +223,94 @@ func TestBoundPodWhoseJobSlurmNoLongerHasIsEnded(t *testing.T) {
 	require.NoError(t, err)
 	_, err = f.pod("b")
 	assert.True(t, apierrors.IsNotFound(err))
+}
+
+func TestConditionsTellTheStory(t *testing.T) {
+	pod := newPod("p", "n1", v1.PodRunning, "1")
+	f := newFixture(t, pod)
+	id := f.submitFor(pod)
+	require.NoError(t, f.slurm.Allocate(id, "n1"))
+	f.poll()
+	_, err := f.reconcile("p")
+	require.NoError(t, err)
+	got, _ := f.pod("p")
+	c := podCondition(got, wellknown.SlurmJobCondition)
+	require.NotNil(t, c)
+	assert.Equal(t, v1.ConditionTrue, c.Status)
+	assert.Equal(t, "Running", c.Reason)
+
+	// Reconciling again writes nothing new.
+	rv := got.ResourceVersion
+	_, err = f.reconcile("p")
+	require.NoError(t, err)
+	got, _ = f.pod("p")
+	assert.Equal(t, rv, got.ResourceVersion)
+
+	require.NoError(t, f.slurm.SetState(id, slurm.StatePreempted, "None"))
+	f.poll()
+	_, err = f.reconcile("p")
+	require.NoError(t, err)
+	assert.Contains(t, f.events(), wellknown.EventSlurmJobPreempted)
+}
+
+func TestEvictionGuard(t *testing.T) {
+	pod := newPod("p", "n1", v1.PodRunning, "1")
+	free := newPod("free", "n2", v1.PodRunning, "2")
+	free.Annotations = map[string]string{wellknown.AllowEvictionAnnotation: "true"}
+	f := newFixture(t, pod, free)
+	f.r.EvictionGuard = true
+	for _, p := range []*v1.Pod{pod, free} {
+		id := f.submitFor(p)
+		require.NoError(t, f.slurm.Allocate(id, p.Spec.NodeName))
+	}
+	f.poll()
+	for _, name := range []string{"p", "free"} {
+		_, err := f.reconcile(name)
+		require.NoError(t, err)
+	}
+	pdb := &policyv1.PodDisruptionBudget{}
+	require.NoError(t, f.kube.Get(context.Background(), types.NamespacedName{Namespace: "default", Name: "slurmjob-1"}, pdb))
+	assert.Equal(t, int32(0), pdb.Spec.MaxUnavailable.IntVal)
+	assert.Equal(t, "1", pdb.Spec.Selector.MatchLabels[wellknown.JobIDLabel])
+	assert.Equal(t, pod.UID, pdb.OwnerReferences[0].UID)
+	err := f.kube.Get(context.Background(), types.NamespacedName{Namespace: "default", Name: "slurmjob-2"}, pdb)
+	assert.True(t, apierrors.IsNotFound(err), "allow-eviction opts out")
+}
+
+func TestNotReadyNodeReleasesItsPodsAfterGrace(t *testing.T) {
+	now := time.Now()
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{
+		Type: v1.NodeReady, Status: v1.ConditionUnknown, LastTransitionTime: metav1.NewTime(now.Add(-time.Minute)),
+	}}}}
+	healthy := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}, Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{
+		Type: v1.NodeReady, Status: v1.ConditionTrue,
+	}}}}
+	stuck := newPod("stuck", "n1", v1.PodRunning, "1")
+	fine := newPod("fine", "n2", v1.PodRunning, "2")
+	f := newFixture(t, node, healthy, stuck, fine)
+	f.r.now = func() time.Time { return now }
+	stuckJob, fineJob := f.submitFor(stuck), f.submitFor(fine)
+	require.NoError(t, f.slurm.Allocate(stuckJob, "n1"))
+	require.NoError(t, f.slurm.Allocate(fineJob, "n2"))
+	f.poll()
+
+	f.r.NotReadyGrace = 5 * time.Minute
+	res, err := f.reconcile("stuck")
+	require.NoError(t, err)
+	assert.InDelta(t, float64(4*time.Minute), float64(res.RequeueAfter), float64(time.Second), "comes back when the grace runs out")
+	assert.Equal(t, slurm.StateRunning, f.jobState(stuckJob))
+
+	f.r.NotReadyGrace = 30 * time.Second
+	_, err = f.reconcile("stuck")
+	require.NoError(t, err)
+	assert.Equal(t, slurm.StateCancelled, f.jobState(stuckJob))
+	_, err = f.pod("stuck")
+	assert.True(t, apierrors.IsNotFound(err))
+	assert.Contains(t, f.events(), wellknown.EventNodeNotReady)
+
+	_, err = f.reconcile("fine")
+	require.NoError(t, err)
+	assert.Equal(t, slurm.StateRunning, f.jobState(fineJob), "nothing else is touched")
+	_, err = f.pod("fine")
+	assert.NoError(t, err)
 }

@@ -1,0 +1,103 @@
+package pod
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kubeslurm/kubeslurm/pkg/slurm"
+	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
+)
+
+// jobAnnotations is what the pod's annotations say of its job.
+func jobAnnotations(job *slurm.Job) map[string]string {
+	return map[string]string{
+		wellknown.JobIDLabel:             strconv.Itoa(int(job.ID)),
+		wellknown.JobStateAnnotation:     job.State,
+		wellknown.JobReasonAnnotation:    job.Reason,
+		wellknown.JobNodesAnnotation:     strings.Join(job.Nodes, ","),
+		wellknown.JobStartTimeAnnotation: formatTime(job.StartTime),
+		wellknown.JobEndTimeAnnotation:   formatTime(job.EndTime),
+	}
+}
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// jobCondition is the pod's SlurmJob condition: True while the job holds its allocation.
+func jobCondition(job *slurm.Job) v1.PodCondition {
+	c := v1.PodCondition{
+		Type:    wellknown.SlurmJobCondition,
+		Status:  v1.ConditionFalse,
+		Reason:  camel(job.State),
+		Message: "Slurm job " + strconv.Itoa(int(job.ID)) + " is " + job.StateString(),
+	}
+	if job.Allocated() {
+		c.Status = v1.ConditionTrue
+		c.Message += " on " + strings.Join(job.Nodes, ",")
+	}
+	return c
+}
+
+// camel turns a Slurm state ("NODE_FAIL") into a condition reason ("NodeFail").
+func camel(s string) string {
+	if s == "" {
+		return "Unknown"
+	}
+	var b strings.Builder
+	for _, w := range strings.Split(strings.ToLower(s), "_") {
+		if w != "" {
+			b.WriteString(strings.ToUpper(w[:1]) + w[1:])
+		}
+	}
+	return b.String()
+}
+
+// transitionEvent is the event for a change from the state the pod's annotations recorded
+// (before) to the job's state now; empty when nothing worth saying happened.
+func transitionEvent(before map[string]string, job *slurm.Job) (reason, note string) {
+	prevState, prevReason := before[wellknown.JobStateAnnotation], before[wellknown.JobReasonAnnotation]
+	switch {
+	case job.State == slurm.StateRunning && prevState != slurm.StateRunning:
+		return wellknown.EventSlurmJobAllocated, fmt.Sprintf("Slurm job %d allocated node(s) %s", job.ID, strings.Join(job.Nodes, ","))
+	case job.State == slurm.StatePending && (prevState != slurm.StatePending || prevReason != job.Reason):
+		return wellknown.EventSlurmJobPending, fmt.Sprintf("Slurm job %d is pending: %s", job.ID, job.Reason)
+	}
+	return "", ""
+}
+
+// endEvent names why an ended job ends its pod: the event reason by cause, and a note.
+func endEvent(job *slurm.Job) (reason, note string) {
+	note = fmt.Sprintf("Slurm job %d ended: %s", job.ID, job.StateString())
+	switch job.State {
+	case slurm.StateCancelled:
+		return wellknown.EventSlurmJobCancelled, note
+	case slurm.StateTimeout, slurm.StateDeadline:
+		return wellknown.EventSlurmJobTimeLimit, note + " (time limit reached)"
+	case slurm.StatePreempted:
+		return wellknown.EventSlurmJobPreempted, note + " (preempted by Slurm)"
+	case slurm.StateNodeFail, slurm.StateBootFail:
+		return wellknown.EventSlurmJobNodeFail, note + " (node failure)"
+	}
+	return wellknown.EventSlurmJobEnded, note
+}
+
+// nodeNotReadyFor is how long the node has been NotReady (or Unknown); 0 when Ready.
+func nodeNotReadyFor(node *v1.Node, now time.Time) time.Duration {
+	for _, c := range node.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			if c.Status == v1.ConditionTrue {
+				return 0
+			}
+			return now.Sub(c.LastTransitionTime.Time)
+		}
+	}
+	return 0 // no Ready condition yet: a node still registering, not a dead one
+}

@@ -1,0 +1,28 @@
+package wellknown
+
+// Names the pod controller writes onto pods (see the README's "Names kubeslurm writes").
+const (
+	// Job times, RFC 3339, as Slurm reports them.
+	JobStartTimeAnnotation = Domain + "/job-start-time"
+	JobEndTimeAnnotation   = Domain + "/job-end-time"
+
+	// AllowEvictionAnnotation set to "true" on a pod opts it out of the eviction guard: a
+	// drain may then evict it while its Slurm job runs.
+	AllowEvictionAnnotation = Domain + "/allow-eviction"
+
+	// DisruptionTargetReason is the reason of the DisruptionTarget condition set on a pod
+	// just before the controller deletes it because its Slurm job ended, so that a Job's
+	// podFailurePolicy can tell that apart from an application failure.
+	DisruptionTargetReason = "TerminationBySlurm"
+)
+
+// Pod event reasons for a job that ended in Slurm, by cause.
+const (
+	EventSlurmJobTimeLimit = "SlurmJobTimeLimit"
+	EventSlurmJobPreempted = "SlurmJobPreempted"
+	EventSlurmJobNodeFail  = "SlurmJobNodeFail"
+	// EventSlurmJobReleased: the pod ended, so its job was cancelled to free its nodes.
+	EventSlurmJobReleased = "SlurmJobReleased"
+	// EventNodeNotReady: the pod's node stayed NotReady past the grace period.
+	EventNodeNotReady = "SlurmJobNodeNotReady"
+)
