@@ -1,0 +1,184 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
+)
+
+// The SlurmJob condition and the job's annotations tell the story on the pod.
+func TestJobStateOnThePod(t *testing.T) {
+	ns := namespace(t)
+	p := createPod(t, ns, "told")
+	p = waitBound(t, ns, "told", 60*time.Second)
+	eventually(t, 10*time.Second, "SlurmJob condition True with the node", func() bool {
+		c := podConditionOf(getPod(t, ns, "told"), wellknown.SlurmJobCondition)
+		return c != nil && c.Status == v1.ConditionTrue && strings.Contains(c.Message, p.Spec.NodeName)
+	})
+	p = getPod(t, ns, "told")
+	assert.NotEmpty(t, p.Annotations[wellknown.JobStartTimeAnnotation])
+	assert.Contains(t, podEvents(t, p), wellknown.EventSlurmJobAllocated)
+}
+
+// 6. A time limit and a preemption each end the pod with the right reason in its events
+// (scancel is covered by TestPodAndJobEndTogether).
+func TestSlurmEndsThePodWithTheReason(t *testing.T) {
+	ns := namespace(t)
+	node := nodes[0]
+
+	timed := createPod(t, ns, "timed", withAnnotation("time-limit", "1"))
+	timed = waitBound(t, ns, "timed", 60*time.Second)
+
+	victim := createPod(t, ns, "victim", onlyOnNode(node), withAnnotation("exclusive", "true"))
+	victim = waitBound(t, ns, "victim", 60*time.Second)
+	// A job in the higher-tier partition preempts the placeholder holding the node.
+	out := slurmCmd(t, "sbatch", "--parsable", "-p", "urgent", "--exclusive", "-N1", "-w", node, "-J", ns+"/urgent", "--wrap", "sleep 300")
+	urgent := strings.Split(out, ";")[0]
+	t.Cleanup(func() { _, _ = runCmd(filepath.Join(runDir, "bin", "scancel"), urgent) })
+	waitGone(t, ns, "victim", 60*time.Second)
+	ev := podEvents(t, victim)
+	assert.Contains(t, ev, wellknown.EventSlurmJobPreempted)
+	assert.Contains(t, ev, "PREEMPTED")
+
+	// Slurm enforces the one-minute limit (plus its KillWait).
+	waitGone(t, ns, "timed", 150*time.Second)
+	ev = podEvents(t, timed)
+	assert.Contains(t, ev, wellknown.EventSlurmJobTimeLimit)
+	assert.Contains(t, ev, "TIMEOUT")
+}
+
+// 3. kubectl drain of a node running a placeholder job waits until the job ends, then completes.
+func TestDrainWaitsForTheSlurmJob(t *testing.T) {
+	ns := namespace(t)
+	node := nodes[1]
+	p := createPod(t, ns, "busy", onlyOnNode(node))
+	p = waitBound(t, ns, "busy", 60*time.Second)
+	eventually(t, 30*time.Second, "eviction guard in place", func() bool {
+		_, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(context.Background(), "slurmjob-"+strconv.Itoa(int(jobIDOf(t, getPod(t, ns, "busy")))), metav1.GetOptions{})
+		return err == nil
+	})
+	t.Cleanup(func() { _, _ = runCmd(filepath.Join(repoRoot, "bin", "kubectl"), "--kubeconfig", filepath.Join(runDir, "admin.kubeconfig"), "uncordon", node) })
+
+	drain := exec.Command(filepath.Join(repoRoot, "bin", "kubectl"), "--kubeconfig", filepath.Join(runDir, "admin.kubeconfig"),
+		"drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=120s")
+	var outBuf strings.Builder
+	drain.Stdout, drain.Stderr = &outBuf, &outBuf
+	require.NoError(t, drain.Start())
+	done := make(chan error, 1)
+	go func() { done <- drain.Wait() }()
+
+	select {
+	case err := <-done:
+		t.Fatalf("drain finished while the Slurm job still ran (err=%v): %s", err, outBuf.String())
+	case <-time.After(10 * time.Second):
+	}
+	assert.Equal(t, node, getPod(t, ns, "busy").Spec.NodeName, "the pod was not evicted")
+
+	// The job ends in Slurm; the pod goes with it, and the drain completes.
+	slurmCmd(t, "scancel", strconv.Itoa(int(jobIDOf(t, p))))
+	select {
+	case err := <-done:
+		require.NoError(t, err, outBuf.String())
+	case <-time.After(90 * time.Second):
+		_ = drain.Process.Kill()
+		t.Fatalf("drain did not complete after the job ended: %s", outBuf.String())
+	}
+	_, err := kube.CoreV1().Pods(ns).Get(context.Background(), "busy", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err))
+}
+
+// 7. A node that goes NotReady with a running pod: after the grace period the job is
+// cancelled and the pod removed; nothing else is touched.
+func TestNotReadyNodeReleasesItsJob(t *testing.T) {
+	ns := namespace(t)
+	deadNode, liveNode := nodes[2], nodes[3]
+	stuck := waitBound(t, ns, createPod(t, ns, "stuck", onlyOnNode(deadNode)).Name, 60*time.Second)
+	fine := waitBound(t, ns, createPod(t, ns, "fine", onlyOnNode(liveNode)).Name, 60*time.Second)
+	stuckJob, fineJob := jobIDOf(t, stuck), jobIDOf(t, fine)
+
+	// The kubelet dies: kwok stops managing the node and its Ready condition goes Unknown.
+	setKwokManaged(t, deadNode, false)
+	t.Cleanup(func() { setKwokManaged(t, deadNode, true) })
+	patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":"Unknown","reason":"NodeStatusUnknown","message":"e2e: kubelet stopped posting node status","lastTransitionTime":%q,"lastHeartbeatTime":%q}]}}`,
+		time.Now().UTC().Format(time.RFC3339), time.Now().UTC().Format(time.RFC3339))
+	_, err := kube.CoreV1().Nodes().Patch(context.Background(), deadNode, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+	require.NoError(t, err)
+
+	waitGone(t, ns, "stuck", 90*time.Second)
+	assert.Contains(t, podEvents(t, stuck), wellknown.EventNodeNotReady)
+	j, ok := jobByID(t, stuckJob)
+	assert.True(t, !ok || j.State == "CANCELLED", "job %d cancelled: %+v", stuckJob, j)
+
+	j, ok = jobByID(t, fineJob)
+	require.True(t, ok)
+	assert.Equal(t, "RUNNING", j.State, "the pod on a healthy node keeps its job")
+	assert.Equal(t, v1.PodRunning, getPod(t, ns, "fine").Status.Phase)
+}
+
+// 5. slurmrestd stopped for 60 s: no pod deleted, no job cancelled; state converges after.
+func TestSlurmrestdOutageIsHarmless(t *testing.T) {
+	ns := namespace(t)
+	p := waitBound(t, ns, createPod(t, ns, "steady").Name, 60*time.Second)
+	id := jobIDOf(t, p)
+
+	component(t, "stop", "slurmrestd")
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			component(t, "start", "slurmrestd")
+		}
+	})
+	// While it is down, a pod's job ends in Slurm and a pod ends in Kubernetes: nothing may
+	// be concluded until slurmrestd answers again.
+	late := createPod(t, ns, "late")
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		cur := getPod(t, ns, "steady")
+		require.Nil(t, cur.DeletionTimestamp, "no pod deleted while Slurm cannot be read")
+		assert.Empty(t, getPod(t, ns, "late").Spec.NodeName, "nothing bound without Slurm")
+		time.Sleep(2 * time.Second)
+	}
+	j, ok := jobByID(t, id)
+	require.True(t, ok)
+	assert.Equal(t, "RUNNING", j.State, "no job cancelled")
+
+	component(t, "start", "slurmrestd")
+	restarted = true
+	waitBound(t, ns, late.Name, 10*time.Second+5*time.Second)
+	assert.Equal(t, v1.PodRunning, getPod(t, ns, "steady").Status.Phase)
+}
+
+func podConditionOf(p *v1.Pod, t v1.PodConditionType) *v1.PodCondition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == t {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// setKwokManaged adds or removes the annotation by which kwok plays this node's kubelet.
+func setKwokManaged(t *testing.T, node string, managed bool) {
+	t.Helper()
+	value := `"fake"`
+	if !managed {
+		value = "null"
+	}
+	_, err := kube.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"kwok.x-k8s.io/node":`+value+`}}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+}
