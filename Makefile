@@ -6,7 +6,7 @@ SHELL := /bin/bash
 BIN   := $(CURDIR)/bin
 GO    ?= go
 
-.PHONY: all build tools slurm-root up down status test unit e2e bench fmt vet clean
+.PHONY: all build tools slurm-root up down status test unit e2e bench bench-e2e fmt vet clean
 
 all: build
 
@@ -50,6 +50,10 @@ test: unit
 ## bench: scheduling-attempt cost at 100 and 5000 Slurm jobs
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/scheduler/...
+
+## bench-e2e: lag of each direction (pod → bound, scancel → pod gone) on the running local cluster, p50/p99
+bench-e2e:
+	$(GO) test -run '^$$' -bench . -benchtime=20x -timeout 30m ./e2e/...
 
 fmt:
 	gofmt -l -w cmd pkg e2e
