@@ -71,7 +71,10 @@ func TestDrainWaitsForTheSlurmJob(t *testing.T) {
 		_, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(context.Background(), "slurmjob-"+strconv.Itoa(int(jobIDOf(t, getPod(t, ns, "busy")))), metav1.GetOptions{})
 		return err == nil
 	})
-	t.Cleanup(func() { _, _ = runCmd(filepath.Join(repoRoot, "bin", "kubectl"), "--kubeconfig", filepath.Join(runDir, "admin.kubeconfig"), "uncordon", node) })
+	t.Cleanup(func() {
+		_, _ = runCmd(filepath.Join(repoRoot, "bin", "kubectl"), "--kubeconfig", filepath.Join(runDir, "admin.kubeconfig"), "uncordon", node)
+		waitSlurmNodeIdle(t, node)
+	})
 
 	drain := exec.Command(filepath.Join(repoRoot, "bin", "kubectl"), "--kubeconfig", filepath.Join(runDir, "admin.kubeconfig"),
 		"drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=120s")
@@ -112,7 +115,13 @@ func TestNotReadyNodeReleasesItsJob(t *testing.T) {
 
 	// The kubelet dies: kwok stops managing the node and its Ready condition goes Unknown.
 	setKwokManaged(t, deadNode, false)
-	t.Cleanup(func() { setKwokManaged(t, deadNode, true) })
+	t.Cleanup(func() {
+		setKwokManaged(t, deadNode, true)
+		eventually(t, 30*time.Second, deadNode+" Ready again", func() bool {
+			n, err := kube.CoreV1().Nodes().Get(context.Background(), deadNode, metav1.GetOptions{})
+			return err == nil && readyOf(n) == v1.ConditionTrue
+		})
+	})
 	patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":"Unknown","reason":"NodeStatusUnknown","message":"e2e: kubelet stopped posting node status","lastTransitionTime":%q,"lastHeartbeatTime":%q}]}}`,
 		time.Now().UTC().Format(time.RFC3339), time.Now().UTC().Format(time.RFC3339))
 	_, err := kube.CoreV1().Nodes().Patch(context.Background(), deadNode, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
@@ -181,4 +190,22 @@ func setKwokManaged(t *testing.T, node string, managed bool) {
 	_, err := kube.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType,
 		[]byte(`{"metadata":{"annotations":{"kwok.x-k8s.io/node":`+value+`}}}`), metav1.PatchOptions{})
 	require.NoError(t, err)
+}
+
+func readyOf(n *v1.Node) v1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+// waitSlurmNodeIdle waits until Slurm reports the node plain idle (no drain, no job).
+func waitSlurmNodeIdle(t *testing.T, node string) {
+	t.Helper()
+	eventually(t, 60*time.Second, "Slurm node "+node+" idle", func() bool {
+		out, err := runCmd(filepath.Join(runDir, "bin", "sinfo"), "-h", "-n", node, "-o", "%t")
+		return err == nil && strings.TrimSpace(out) == "idle"
+	})
 }
