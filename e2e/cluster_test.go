@@ -81,13 +81,14 @@ func clearExample() error {
 		if err != nil {
 			return false, nil
 		}
-		idle := 0
+		// A node in several partitions has a line in each: count nodes, not lines.
+		idle := map[string]bool{}
 		for _, line := range strings.Split(out, "\n") {
-			if strings.HasSuffix(line, " idle") {
-				idle++
+			if name, ok := strings.CutSuffix(line, " idle"); ok {
+				idle[name] = true
 			}
 		}
-		return idle == len(nodes), nil
+		return len(idle) == len(nodes), nil
 	})
 	if err != nil {
 		return fmt.Errorf("Slurm nodes not all idle before the tests: %s", last)

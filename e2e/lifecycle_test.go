@@ -40,7 +40,7 @@ func TestSlurmEndsThePodWithTheReason(t *testing.T) {
 	ns := namespace(t)
 	node := nodes[0]
 
-	timed := createPod(t, ns, "timed", withAnnotation("time-limit", "1"))
+	timed := createPod(t, ns, "timed", onlyOnNode(nodes[len(nodes)-1]), withAnnotation("time-limit", "1"))
 	timed = waitBound(t, ns, "timed", 60*time.Second)
 
 	victim := createPod(t, ns, "victim", onlyOnNode(node), withAnnotation("exclusive", "true"))
@@ -206,6 +206,12 @@ func waitSlurmNodeIdle(t *testing.T, node string) {
 	t.Helper()
 	eventually(t, 60*time.Second, "Slurm node "+node+" idle", func() bool {
 		out, err := runCmd(filepath.Join(runDir, "bin", "sinfo"), "-h", "-n", node, "-o", "%t")
-		return err == nil && strings.TrimSpace(out) == "idle"
+		// One line per partition the node is in (k8s and urgent): idle in every one.
+		states := strings.Fields(out)
+		idle := err == nil && len(states) > 0
+		for _, s := range states {
+			idle = idle && s == "idle"
+		}
+		return idle
 	})
 }

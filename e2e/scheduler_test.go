@@ -103,7 +103,7 @@ func TestPodAndJobEndTogether(t *testing.T) {
 	slurmCmd(t, "scancel", strconv.Itoa(int(id)))
 	waitGone(t, ns, "scancelled", 30*time.Second)
 	ev := podEvents(t, p)
-	assert.Contains(t, ev, wellknown.EventSlurmJobEnded)
+	assert.Contains(t, ev, wellknown.EventSlurmJobCancelled)
 	assert.Contains(t, ev, "CANCELLED")
 }
 

@@ -1,5 +1,5 @@
 // Command kubeslurm-controller keeps Kubernetes pods and their Slurm placeholder jobs in
-// step (see pkg/controller/pod).
+// step (see pkg/controller/pod), and Kubernetes nodes and Slurm nodes (pkg/controller/node).
 package main
 
 import (
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	nodecontroller "github.com/kubeslurm/kubeslurm/pkg/controller/node"
 	podcontroller "github.com/kubeslurm/kubeslurm/pkg/controller/pod"
 	"github.com/kubeslurm/kubeslurm/pkg/slurm"
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
@@ -39,6 +41,12 @@ type options struct {
 	probeAddr       string
 	leaderElect     bool
 	leaderNamespace string
+	notReadyGrace   time.Duration
+	evictionGuard   bool
+	// Nodes (pkg/controller/node).
+	syncNodes         bool
+	drainOnConditions []string
+	drainTaintEffect  string
 }
 
 func main() {
@@ -51,7 +59,7 @@ func newCommand() *cobra.Command {
 	o := options{}
 	cmd := &cobra.Command{
 		Use:           "kubeslurm-controller",
-		Short:         "Keeps Kubernetes pods and their Slurm placeholder jobs in step",
+		Short:         "Keeps Kubernetes pods and nodes in step with their Slurm jobs and nodes",
 		SilenceUsage:  true,
 		SilenceErrors: false,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -71,6 +79,15 @@ func newCommand() *cobra.Command {
 	f.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "health probe address")
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader so that only one replica acts")
 	f.StringVar(&o.leaderNamespace, "leader-election-namespace", "kubeslurm-system", "namespace of the leader election lease")
+	f.DurationVar(&o.notReadyGrace, "not-ready-grace-period", 5*time.Minute,
+		"how long a pod's node may be NotReady before its Slurm job is cancelled and the pod force-removed (0 disables)")
+	f.BoolVar(&o.evictionGuard, "eviction-guard", true,
+		"keep a PodDisruptionBudget over each running placeholder job, so drains wait for Slurm to end it")
+	f.BoolVar(&o.syncNodes, "sync-nodes", true, "keep Kubernetes nodes and Slurm nodes of the same name in step (drains, conditions, taint, removal)")
+	f.StringSliceVar(&o.drainOnConditions, "drain-on-node-conditions", nil,
+		"node condition types that mean unhealthy when True (e.g. KernelDeadlock,GPUUnhealthy): the Slurm node is drained while one holds")
+	f.StringVar(&o.drainTaintEffect, "slurm-drain-taint-effect", string(v1.TaintEffectNoSchedule),
+		"effect of the "+wellknown.SlurmDrainTaint+" taint on nodes Slurm drained or marked down: NoSchedule, PreferNoSchedule, NoExecute (evicts every pod without a toleration, DaemonSets' too) or none")
 	for _, name := range []string{"slurmrestd-url", "slurm-jwt-key-file"} {
 		_ = cmd.MarkFlagRequired(name)
 	}
@@ -82,6 +99,13 @@ func newCommand() *cobra.Command {
 
 func run(ctx context.Context, o options) error {
 	ctrl.SetLogger(klog.NewKlogr())
+	taintEffect, err := nodecontroller.ParseTaintEffect(o.drainTaintEffect)
+	if err != nil {
+		return fmt.Errorf("--slurm-drain-taint-effect: %w", err)
+	}
+	if err := nodecontroller.ValidateDrainConditions(o.drainOnConditions); err != nil {
+		return fmt.Errorf("--drain-on-node-conditions: %w", err)
+	}
 	restConfig, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
@@ -122,8 +146,23 @@ func run(ctx context.Context, o options) error {
 		Watcher:       watcher,
 		Recorder:      mgr.GetEventRecorder("kubeslurm-controller"),
 		SchedulerName: o.schedulerName,
+		NotReadyGrace: o.notReadyGrace,
+		EvictionGuard: o.evictionGuard,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up pod controller: %w", err)
+	}
+	if o.syncNodes {
+		if err := (&nodecontroller.Reconciler{
+			Client:            mgr.GetClient(),
+			APIReader:         mgr.GetAPIReader(),
+			Slurm:             slurmClient,
+			Watcher:           watcher,
+			Recorder:          mgr.GetEventRecorder("kubeslurm-controller"),
+			DrainOnConditions: o.drainOnConditions,
+			TaintEffect:       taintEffect,
+		}).SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("setting up node controller: %w", err)
+		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err

@@ -300,9 +300,11 @@ comp_cmd() {
       CMD=("$BIN/kubeslurm-scheduler" --config "$RUN/scheduler-config.yaml"
         --secure-port=10259 --bind-address=127.0.0.1 -v=2) ;;
     controller)
+      # A short NotReady grace (default 5m) so the e2e test of a dead node's pod is quick.
       CMD=("$BIN/kubeslurm-controller" --kubeconfig "$RUN/controller.kubeconfig"
         --slurmrestd-url "$SLURMRESTD_URL" --slurm-user "$SLURM_USER" --slurm-jwt-key-file "$JWT_KEY_FILE"
-        --metrics-bind-address 127.0.0.1:8081 --health-probe-bind-address 127.0.0.1:8082) ;;
+        --metrics-bind-address 127.0.0.1:8081 --health-probe-bind-address 127.0.0.1:8082
+        --not-ready-grace-period 20s) ;;
   esac
 }
 

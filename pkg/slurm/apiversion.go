@@ -20,6 +20,7 @@ const APIVersion = "v0.0.44"
 type (
 	apiJob      = types.V0044JobInfo
 	apiJobList  = types.V0044JobInfoList
+	apiNode     = types.V0044Node
 	apiNodeList = types.V0044NodeList
 	apiPingList = types.V0044ControllerPingList
 )
@@ -128,12 +129,37 @@ func timeOf(v *api.V0044Uint64NoValStruct) time.Time {
 
 func nodesFromAPI(in *apiNodeList) []Node {
 	out := make([]Node, 0, len(in.Items))
-	for _, n := range in.Items {
-		node := Node{Name: ptr.Deref(n.Name, ""), Reason: ptr.Deref(n.Reason, "")}
-		for _, s := range ptr.Deref(n.State, nil) {
-			node.States = append(node.States, strings.ToUpper(string(s)))
-		}
-		out = append(out, node)
+	for i := range in.Items {
+		out = append(out, nodeFromAPI(&in.Items[i]))
 	}
 	return out
+}
+
+func nodeFromAPI(in *apiNode) Node {
+	node := Node{Name: ptr.Deref(in.Name, ""), Reason: ptr.Deref(in.Reason, "")}
+	for _, s := range ptr.Deref(in.State, nil) {
+		node.States = append(node.States, strings.ToUpper(string(s)))
+	}
+	return node
+}
+
+// nodeKey addresses one node in slurm-client calls.
+func nodeKey(name string) *apiNode {
+	n := &apiNode{}
+	n.Name = ptr.To(name)
+	return n
+}
+
+// drainRequest sets DRAIN: no new job starts on the node, running ones finish.
+func drainRequest(reason string) api.V0044UpdateNodeMsg {
+	return api.V0044UpdateNodeMsg{
+		State:  &[]api.V0044UpdateNodeMsgState{api.V0044UpdateNodeMsgStateDRAIN},
+		Reason: ptr.To(reason),
+	}
+}
+
+// undrainRequest clears DRAIN only. Not RESUME: that would also bring a DOWN node back,
+// overruling Slurm's own verdict on a node that stopped responding.
+func undrainRequest() api.V0044UpdateNodeMsg {
+	return api.V0044UpdateNodeMsg{State: &[]api.V0044UpdateNodeMsgState{api.V0044UpdateNodeMsgStateUNDRAIN}}
 }

@@ -28,6 +28,16 @@ type Client interface {
 	// completes), so without it the nodes a placeholder freed wait for the periodic
 	// scheduler or backfill pass (up to a minute).
 	Nudge(ctx context.Context, pending *Job) error
+
+	// GetNode reads one node from slurmctld now (not from the watcher's cache).
+	GetNode(ctx context.Context, name string) (*Node, error)
+	// DrainNode sets DRAIN on a node, with the reason (passed through SanitizeReason).
+	DrainNode(ctx context.Context, name, reason string) error
+	// UndrainNode clears DRAIN; a node that is also DOWN stays down.
+	UndrainNode(ctx context.Context, name string) error
+	// DeleteNode removes a dynamic node; slurmctld refuses a busy one. Deleting a node
+	// that is already gone is not an error.
+	DeleteNode(ctx context.Context, name string) error
 }
 
 // Config says how to reach slurmrestd.
@@ -131,4 +141,29 @@ func (c *client) ListNodes(ctx context.Context) ([]Node, error) {
 
 func (c *client) Ping(ctx context.Context) error {
 	return classify("ping", c.c.List(ctx, &apiPingList{}, &slurmclient.ListOptions{SkipCache: true}))
+}
+
+func (c *client) GetNode(ctx context.Context, name string) (*Node, error) {
+	out := &apiNode{}
+	if err := c.c.Get(ctx, object.ObjectKey(name), out, &slurmclient.GetOptions{SkipCache: true}); err != nil {
+		return nil, classifyNode("get node "+name, err)
+	}
+	n := nodeFromAPI(out)
+	return &n, nil
+}
+
+func (c *client) DrainNode(ctx context.Context, name, reason string) error {
+	return classifyNode("drain node "+name, c.c.Update(ctx, nodeKey(name), drainRequest(SanitizeReason(reason))))
+}
+
+func (c *client) UndrainNode(ctx context.Context, name string) error {
+	return classifyNode("undrain node "+name, c.c.Update(ctx, nodeKey(name), undrainRequest()))
+}
+
+func (c *client) DeleteNode(ctx context.Context, name string) error {
+	err := classifyNode("delete node "+name, c.c.Delete(ctx, nodeKey(name)))
+	if IsNotFound(err) {
+		return nil
+	}
+	return err
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -78,6 +79,21 @@ var statusByText = func() map[string]int {
 	}
 	return m
 }()
+
+// errInvalidNodeName is slurmctld's text for ESLURM_INVALID_NODE_NAME, which slurmrestd
+// answers with 422 (not 404) when a request names a node it does not have.
+const errInvalidNodeName = "Invalid node name specified"
+
+// classifyNode is classify for calls naming one node: Slurm's "no such node" is NotFound.
+// Only here, because a submit naming an unknown node is a rejected job, not a missing one.
+func classifyNode(op string, err error) error {
+	err = classify(op, err)
+	var e *Error
+	if errors.As(err, &e) && e.Kind == KindRejected && slices.Contains(e.Messages, errInvalidNodeName) {
+		e.Kind = KindNotFound
+	}
+	return err
+}
 
 // classify wraps an error from slurm-client into an *Error.
 func classify(op string, err error) error {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -181,4 +182,152 @@ func TestTokenSource(t *testing.T) {
 
 	_, err = slurm.NewTokenSource(t.TempDir()+"/missing", "slurm", time.Hour).Token()
 	assert.Error(t, err)
+}
+
+func TestNodeStates(t *testing.T) {
+	tests := []struct {
+		states          []string
+		busy, removable bool
+		flags           []string
+	}{
+		{[]string{"IDLE", "DYNAMIC_NORM"}, false, true, []string{"IDLE"}},
+		{[]string{"IDLE"}, false, false, []string{"IDLE"}},
+		{[]string{"MIXED", "DYNAMIC_NORM"}, true, false, []string{"MIXED"}},
+		{[]string{"ALLOCATED", "DRAIN", "DYNAMIC_NORM"}, true, false, []string{"ALLOCATED", "DRAIN"}},
+		{[]string{"IDLE", "COMPLETING", "DYNAMIC_NORM"}, true, false, []string{"IDLE", "COMPLETING"}},
+		{[]string{"DOWN", "DRAIN", "NOT_RESPONDING", "DYNAMIC_NORM"}, false, true, []string{"DOWN", "DRAIN", "NOT_RESPONDING"}},
+		{[]string{"UNKNOWN", "DYNAMIC_NORM"}, false, false, []string{"UNKNOWN"}},
+		{[]string{"DYNAMIC_NORM"}, false, false, []string{}},
+		{nil, false, false, []string{}},
+		{[]string{"IDLE", "CLOUD", "EXTERNAL", "DYNAMIC_FUTURE"}, false, false, []string{"IDLE"}},
+	}
+	for _, tt := range tests {
+		n := slurm.Node{Name: "n1", States: tt.states}
+		assert.Equal(t, tt.busy, n.Busy(), "busy %v", tt.states)
+		assert.Equal(t, tt.removable, n.Removable(), "removable %v", tt.states)
+		assert.Equal(t, tt.flags, n.StateFlags(), "flags %v", tt.states)
+	}
+}
+
+func TestCamelCase(t *testing.T) {
+	for in, want := range map[string]string{
+		"IDLE": "Idle", "NOT_RESPONDING": "NotResponding", "REBOOT_REQUESTED": "RebootRequested",
+		"DRAIN": "Drain", "POWER_DOWN": "PowerDown", "_X__Y_": "XY", "": "",
+	} {
+		assert.Equal(t, want, slurm.CamelCase(in), in)
+	}
+}
+
+func TestSanitizeReason(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"kubeslurm: node n1 cordoned", "kubeslurm: node n1 cordoned"},
+		{"two\nlines\r\nhere", "two lines here"},
+		{"  tabs\tand   runs  ", "tabs and runs"},
+		{"caf\u00e9 \u2028 \x00\x7f end", "caf end"},
+		{strings.Repeat("x", 300), strings.Repeat("x", slurm.MaxReasonLength)},
+		{strings.Repeat("a", slurm.MaxReasonLength-1) + " b", strings.Repeat("a", slurm.MaxReasonLength-1)},
+	}
+	for _, tt := range tests {
+		got := slurm.SanitizeReason(tt.in)
+		assert.Equal(t, tt.want, got, "%q", tt.in)
+		assert.Equal(t, got, slurm.SanitizeReason(got), "idempotent")
+	}
+}
+
+func TestNodeCalls(t *testing.T) {
+	ctx := context.Background()
+	f := slurmtest.New()
+	require.NoError(t, f.SetNode("n1", "", "IDLE", "DYNAMIC_NORM"))
+	require.NoError(t, f.SetNode("n2", "", "MIXED", "DYNAMIC_NORM"))
+	require.NoError(t, f.SetNode("static", "", "IDLE"))
+
+	require.NoError(t, f.DrainNode(ctx, "n1", "kubeslurm: two\nlines"))
+	n, err := f.GetNode(ctx, "n1")
+	require.NoError(t, err)
+	assert.True(t, n.Has(slurm.NodeDrain))
+	assert.Equal(t, "kubeslurm: two lines", n.Reason, "sanitised on the way to Slurm")
+	assert.Equal(t, "IDLE+DYNAMIC_NORM+DRAIN", n.StateString())
+
+	require.NoError(t, f.UndrainNode(ctx, "n1"))
+	n, err = f.GetNode(ctx, "n1")
+	require.NoError(t, err)
+	assert.False(t, n.Has(slurm.NodeDrain))
+
+	// Slurm's "Invalid node name specified" (422) is NotFound for node calls.
+	_, err = f.GetNode(ctx, "nope")
+	assert.True(t, slurm.IsNotFound(err), "%v", err)
+	assert.True(t, slurm.IsNotFound(f.DrainNode(ctx, "nope", "kubeslurm: x")))
+	assert.True(t, slurm.IsNotFound(f.UndrainNode(ctx, "nope")))
+	assert.NoError(t, f.DeleteNode(ctx, "nope"), "already gone is what the caller wanted")
+
+	err = f.DeleteNode(ctx, "n2")
+	assert.True(t, slurm.IsRejected(err), "%v", err)
+	assert.Contains(t, err.Error(), "Requested nodes are busy")
+	assert.True(t, slurm.IsRejected(f.DeleteNode(ctx, "static")))
+	require.NoError(t, f.DeleteNode(ctx, "n1"))
+	_, err = f.GetNode(ctx, "n1")
+	assert.True(t, slurm.IsNotFound(err))
+	assert.Equal(t, []string{"drain n1: kubeslurm: two lines", "undrain n1", "delete n1"}, f.NodeOps())
+
+	for name, failure := range map[string]error{
+		"unreachable":            &url.Error{Op: "Post", URL: "http://slurmrestd", Err: &net.OpError{Op: "dial", Err: errors.New("connection refused")}},
+		"503":                    errors.New("Service Unavailable"),
+		"500 without words":      errors.New("Internal Server Error"),
+		"undecodable answer":     errors.New("unexpected end of JSON input"),
+		"context deadline":       context.DeadlineExceeded,
+		"401 (bad token)":        errors.New("Unauthorized"),
+		"502 (proxy in between)": errors.New("Bad Gateway"),
+	} {
+		f.FailWith = failure
+		_, err := f.GetNode(ctx, "n2")
+		assert.True(t, slurm.IsUnavailable(err), "%s: get %v", name, err)
+		assert.True(t, slurm.IsUnavailable(f.DrainNode(ctx, "n2", "kubeslurm: x")), name)
+		assert.True(t, slurm.IsUnavailable(f.UndrainNode(ctx, "n2")), name)
+		assert.True(t, slurm.IsUnavailable(f.DeleteNode(ctx, "n2")), "%s: a failed delete is never success", name)
+	}
+	f.FailWith = nil
+	assert.Empty(t, f.NodeOps())
+}
+
+func TestWatcherReportsChangedNodes(t *testing.T) {
+	ctx := context.Background()
+	f := slurmtest.New()
+	require.NoError(t, f.SetNode("n1", "", "IDLE", "DYNAMIC_NORM"))
+	require.NoError(t, f.SetNode("n2", "", "IDLE", "DYNAMIC_NORM"))
+	w := slurm.NewWatcher(f, time.Hour, time.Hour)
+	var changes []slurm.Change
+	w.OnChange(func(c slurm.Change) { changes = append(changes, c) })
+
+	require.NoError(t, w.Poll(ctx))
+	require.Len(t, changes, 1)
+	assert.Equal(t, []string{"n1", "n2"}, changes[0].Nodes, "all new on the first poll")
+
+	changes = nil
+	require.NoError(t, f.DrainNode(ctx, "n2", "kubeslurm: x"))
+	require.NoError(t, w.Poll(ctx))
+	require.Len(t, changes, 1)
+	assert.Equal(t, []string{"n2"}, changes[0].Nodes)
+	assert.True(t, changes[0].NodesChanged)
+	n, ok := w.Node("n2")
+	require.True(t, ok)
+	assert.Equal(t, "kubeslurm: x", n.Reason)
+
+	changes = nil
+	require.NoError(t, f.DeleteNode(ctx, "n1"))
+	require.NoError(t, w.Poll(ctx))
+	require.Len(t, changes, 1)
+	assert.Equal(t, []string{"n1"}, changes[0].Nodes, "a node that left")
+	_, ok = w.Node("n1")
+	assert.False(t, ok)
+
+	changes = nil
+	require.NoError(t, w.Poll(ctx))
+	assert.Empty(t, changes, "no change, no notification")
+
+	// A failed poll keeps the nodes as last seen: none reads as gone.
+	f.FailWith = errors.New("Service Unavailable")
+	assert.Error(t, w.Poll(ctx))
+	assert.Empty(t, changes)
+	_, ok = w.Node("n2")
+	assert.True(t, ok)
 }

@@ -127,3 +127,93 @@ type Node struct {
 	States []string
 	Reason string
 }
+
+// Node state flags kubeslurm acts on (slurmrestd's node "state" list).
+const (
+	NodeIdle          = "IDLE"
+	NodeAllocated     = "ALLOCATED"
+	NodeMixed         = "MIXED"
+	NodeCompleting    = "COMPLETING"
+	NodeDown          = "DOWN"
+	NodeDrain         = "DRAIN"
+	NodeNotResponding = "NOT_RESPONDING"
+	NodeUnknown       = "UNKNOWN"
+	// NodeDynamic marks a node a slurmd registered itself (slurmd -Z); only such nodes
+	// may be deleted: a node of slurm.conf would come back on the next reconfigure.
+	NodeDynamic = "DYNAMIC_NORM"
+)
+
+// nodeKindFlags say what kind of node it is, not what state it is in.
+var nodeKindFlags = []string{NodeDynamic, "DYNAMIC_FUTURE", "CLOUD", "EXTERNAL"}
+
+// MaxReasonLength caps the reasons kubeslurm writes into Slurm.
+const MaxReasonLength = 256
+
+// Has reports whether the node's state list carries the flag.
+func (n *Node) Has(flag string) bool { return slices.Contains(n.States, flag) }
+
+// Busy reports whether jobs hold (or are leaving) the node.
+func (n *Node) Busy() bool {
+	return n.Has(NodeAllocated) || n.Has(NodeMixed) || n.Has(NodeCompleting)
+}
+
+// Removable reports whether the node may be deleted: dynamic, and Slurm knows it holds
+// no job. A node whose state Slurm itself does not know (UNKNOWN, no state flag) is not
+// idle.
+func (n *Node) Removable() bool {
+	return n.Has(NodeDynamic) && !n.Busy() && !n.Has(NodeUnknown) && len(n.StateFlags()) > 0
+}
+
+// StateFlags are the node's state flags without those naming its kind (DYNAMIC_NORM, ...).
+func (n *Node) StateFlags() []string {
+	out := make([]string, 0, len(n.States))
+	for _, s := range n.States {
+		if !slices.Contains(nodeKindFlags, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// StateString is the state as scontrol shows it ("IDLE+DRAIN+DYNAMIC_NORM").
+func (n *Node) StateString() string { return strings.Join(n.States, "+") }
+
+func (n *Node) equal(o *Node) bool {
+	return n.Reason == o.Reason && slices.Equal(n.States, o.States)
+}
+
+// CamelCase turns a Slurm state name ("NOT_RESPONDING") into the CamelCase Kubernetes
+// uses for condition types and reasons ("NotResponding").
+func CamelCase(s string) string {
+	var b strings.Builder
+	for _, w := range strings.Split(strings.ToLower(s), "_") {
+		if w != "" {
+			b.WriteString(strings.ToUpper(w[:1]) + w[1:])
+		}
+	}
+	return b.String()
+}
+
+// SanitizeReason makes a text safe as a Slurm node reason: printable ASCII only (newlines,
+// tabs and anything else become spaces, runs of spaces one), trimmed, and at most
+// MaxReasonLength long, so no reason can forge a second line in scontrol's output.
+func SanitizeReason(s string) string {
+	var b strings.Builder
+	space := false
+	for _, r := range s {
+		if r <= ' ' || r > '~' {
+			space = true
+			continue
+		}
+		if space && b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		space = false
+		b.WriteRune(r)
+	}
+	out := b.String()
+	if len(out) > MaxReasonLength {
+		out = strings.TrimRight(out[:MaxReasonLength], " ")
+	}
+	return out
+}

@@ -16,6 +16,9 @@ type Change struct {
 	Jobs []JobChange
 	// NodesChanged is set when any node's state or reason changed.
 	NodesChanged bool
+	// Nodes are the names of the nodes that appeared, changed state or reason, or left
+	// Slurm's records (sorted).
+	Nodes []string
 	// Resync is set on the first successful poll and on every periodic full resync: the
 	// consumer should treat all jobs as changed (level-based safety net).
 	Resync bool
@@ -147,13 +150,17 @@ func (w *Watcher) apply(started time.Time, list []Job, nodes []Node) {
 	newNodes := make(map[string]Node, len(nodes))
 	for _, n := range nodes {
 		newNodes[n.Name] = n
-		if old, ok := w.nodes[n.Name]; !ok || old.Reason != n.Reason || !slices.Equal(old.States, n.States) {
-			change.NodesChanged = true
+		if old, ok := w.nodes[n.Name]; !ok || !old.equal(&n) {
+			change.Nodes = append(change.Nodes, n.Name)
 		}
 	}
-	if len(newNodes) != len(w.nodes) {
-		change.NodesChanged = true
+	for name := range w.nodes {
+		if _, ok := newNodes[name]; !ok {
+			change.Nodes = append(change.Nodes, name)
+		}
 	}
+	slices.Sort(change.Nodes)
+	change.NodesChanged = len(change.Nodes) > 0
 	w.nodes = newNodes
 	w.synced, w.lastErr = true, nil
 	handlers := w.handlers

@@ -51,13 +51,7 @@ func camel(s string) string {
 	if s == "" {
 		return "Unknown"
 	}
-	var b strings.Builder
-	for _, w := range strings.Split(strings.ToLower(s), "_") {
-		if w != "" {
-			b.WriteString(strings.ToUpper(w[:1]) + w[1:])
-		}
-	}
-	return b.String()
+	return slurm.CamelCase(s)
 }
 
 // transitionEvent is the event for a change from the state the pod's annotations recorded

@@ -1,12 +1,14 @@
 // Package slurmtest gives unit tests a slurm.Client over slurm-client's own fake, with the
 // behaviour of slurmctld that kubeslurm relies on: submitted jobs get ids and start
-// PENDING, cancelled jobs turn CANCELLED, and every request is counted.
+// PENDING, cancelled jobs turn CANCELLED, nodes drain, undrain and (dynamic, idle ones)
+// delete as slurmctld does them, and every request is counted.
 package slurmtest
 
 import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +39,7 @@ type Fake struct {
 	RejectSubmit string
 	// LastSubmit is the last submit request received.
 	LastSubmit *api.V0044JobDescMsg
+	nodeOps    []string
 }
 
 // New returns a Fake with the given Slurm node names, all idle.
@@ -55,7 +58,7 @@ func New(nodes ...string) *Fake {
 		List:   f.list,
 		Create: f.create,
 		Delete: f.delete,
-		Update: f.nudge,
+		Update: f.update,
 	}))
 	return f
 }
@@ -121,26 +124,165 @@ func (f *Fake) create(ctx context.Context, obj object.Object, req any, _ ...slur
 	return f.inner.Create(ctx, out, req)
 }
 
-// nudge is the only update kubeslurm makes: it changes nothing, so only count it.
-func (f *Fake) nudge(context.Context, object.Object, any, ...slurmclient.UpdateOption) error {
-	return f.count("update")
+// update is a node update, or a job nudge (which changes nothing, so is only counted).
+func (f *Fake) update(ctx context.Context, obj object.Object, req any, _ ...slurmclient.UpdateOption) error {
+	if err := f.count("update"); err != nil {
+		return err
+	}
+	if _, ok := obj.(*types.V0044Node); !ok {
+		return nil
+	}
+	msg, ok := req.(api.V0044UpdateNodeMsg)
+	if !ok {
+		return errors.New("expected req to be V0044UpdateNodeMsg")
+	}
+	name := string(obj.GetKey())
+	return f.mutateNode(ctx, name, func(n *Node) {
+		for _, st := range ptr.Deref(msg.State, nil) {
+			switch st {
+			case api.V0044UpdateNodeMsgStateDRAIN:
+				n.States = with(n.States, slurm.NodeDrain)
+				n.Reason = ptr.Deref(msg.Reason, "")
+				f.logNodeOp("drain " + name + ": " + n.Reason)
+			case api.V0044UpdateNodeMsgStateUNDRAIN:
+				n.States = without(n.States, slurm.NodeDrain)
+				if !slices.Contains(n.States, slurm.NodeDown) {
+					n.Reason = ""
+				}
+				f.logNodeOp("undrain " + name)
+			case api.V0044UpdateNodeMsgStateRESUME:
+				n.States = without(without(n.States, slurm.NodeDrain), slurm.NodeDown)
+				if !slices.ContainsFunc(n.States, isBaseNodeState) {
+					n.States = append([]string{slurm.NodeIdle}, n.States...)
+				}
+				n.Reason = ""
+				f.logNodeOp("resume " + name)
+			}
+		}
+	})
 }
 
-// delete cancels: the job stays on record as CANCELLED, as in slurmctld.
+// delete cancels a job (it stays on record as CANCELLED, as in slurmctld) or deletes a
+// node, which slurmctld allows only for an idle dynamic node.
 func (f *Fake) delete(ctx context.Context, obj object.Object, _ ...slurmclient.DeleteOption) error {
 	if err := f.count("delete"); err != nil {
 		return err
+	}
+	if node, ok := obj.(*types.V0044Node); ok {
+		name := string(node.GetKey())
+		n, err := f.node(ctx, name)
+		if err != nil {
+			return err
+		}
+		switch {
+		case !slices.Contains(n.States, slurm.NodeDynamic):
+			return aggregate(http.StatusUnprocessableEntity, "Node is not dynamic")
+		case slices.ContainsFunc(n.States, func(s string) bool {
+			return s == slurm.NodeAllocated || s == slurm.NodeMixed || s == slurm.NodeCompleting
+		}):
+			return aggregate(http.StatusUnprocessableEntity, "Requested nodes are busy")
+		}
+		f.logNodeOp("delete " + name)
+		return f.inner.Delete(ctx, node)
 	}
 	id, err := strconv.Atoi(string(obj.GetKey()))
 	if err != nil {
 		return err
 	}
-	return f.update(ctx, int32(id), func(j *types.V0044JobInfo) {
+	return f.updateJob(ctx, int32(id), func(j *types.V0044JobInfo) {
 		j.JobState = &[]api.V0044JobInfoJobState{api.V0044JobInfoJobStateCANCELLED}
 	})
 }
 
-func (f *Fake) update(ctx context.Context, id int32, mutate func(*types.V0044JobInfo)) error {
+// Node is a node's state as the fake keeps it.
+type Node struct {
+	States []string
+	Reason string
+}
+
+// SetNode creates or replaces a node with the given state flags and reason, as Slurm
+// would report them ("IDLE", "DRAIN", "DYNAMIC_NORM", ...).
+func (f *Fake) SetNode(name, reason string, states ...string) error {
+	n := &types.V0044Node{}
+	n.Name = ptr.To(name)
+	setNode(n, Node{States: states, Reason: reason})
+	ctx := context.Background()
+	if err := f.inner.Get(ctx, object.ObjectKey(name), &types.V0044Node{}); err != nil {
+		return f.inner.Create(ctx, n, nil)
+	}
+	return f.inner.Update(ctx, n, nil)
+}
+
+// NodeOps returns the node changes made since the last call ("drain n1: <reason>",
+// "undrain n1", "resume n1", "delete n1"), and forgets them.
+func (f *Fake) NodeOps() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := f.nodeOps
+	f.nodeOps = nil
+	return out
+}
+
+func (f *Fake) logNodeOp(op string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nodeOps = append(f.nodeOps, op)
+}
+
+// node reads a node; a missing one fails as slurmrestd answers for it.
+func (f *Fake) node(ctx context.Context, name string) (Node, error) {
+	n := &types.V0044Node{}
+	if err := f.inner.Get(ctx, object.ObjectKey(name), n); err != nil {
+		return Node{}, aggregate(http.StatusUnprocessableEntity, "Invalid node name specified")
+	}
+	out := Node{Reason: ptr.Deref(n.Reason, "")}
+	for _, s := range ptr.Deref(n.State, nil) {
+		out.States = append(out.States, string(s))
+	}
+	return out, nil
+}
+
+func (f *Fake) mutateNode(ctx context.Context, name string, mutate func(*Node)) error {
+	n, err := f.node(ctx, name)
+	if err != nil {
+		return err
+	}
+	mutate(&n)
+	obj := &types.V0044Node{}
+	obj.Name = ptr.To(name)
+	setNode(obj, n)
+	return f.inner.Update(ctx, obj, nil)
+}
+
+func setNode(obj *types.V0044Node, n Node) {
+	states := make([]api.V0044NodeState, 0, len(n.States))
+	for _, s := range n.States {
+		states = append(states, api.V0044NodeState(s))
+	}
+	obj.State = &states
+	obj.Reason = ptr.To(n.Reason)
+}
+
+func isBaseNodeState(s string) bool {
+	switch s {
+	case slurm.NodeIdle, slurm.NodeAllocated, slurm.NodeMixed, slurm.NodeDown, "ERROR", "FUTURE", slurm.NodeUnknown:
+		return true
+	}
+	return false
+}
+
+func with(states []string, flag string) []string {
+	if slices.Contains(states, flag) {
+		return states
+	}
+	return append(slices.Clone(states), flag)
+}
+
+func without(states []string, flag string) []string {
+	return slices.DeleteFunc(slices.Clone(states), func(s string) bool { return s == flag })
+}
+
+func (f *Fake) updateJob(ctx context.Context, id int32, mutate func(*types.V0044JobInfo)) error {
 	j := &types.V0044JobInfo{}
 	if err := f.inner.Get(ctx, object.ObjectKey(strconv.Itoa(int(id))), j); err != nil {
 		return err
@@ -151,7 +293,7 @@ func (f *Fake) update(ctx context.Context, id int32, mutate func(*types.V0044Job
 
 // Allocate starts a pending job on the given nodes, in rank order.
 func (f *Fake) Allocate(id int32, nodes ...string) error {
-	return f.update(context.Background(), id, func(j *types.V0044JobInfo) {
+	return f.updateJob(context.Background(), id, func(j *types.V0044JobInfo) {
 		j.JobState = &[]api.V0044JobInfoJobState{api.V0044JobInfoJobStateRUNNING}
 		j.StateReason = ptr.To("None")
 		alloc := api.V0044JobResNodes{}
@@ -171,7 +313,7 @@ func (f *Fake) Allocate(id int32, nodes ...string) error {
 
 // SetState sets a job's state and reason, as Slurm reports them.
 func (f *Fake) SetState(id int32, state, reason string) error {
-	return f.update(context.Background(), id, func(j *types.V0044JobInfo) {
+	return f.updateJob(context.Background(), id, func(j *types.V0044JobInfo) {
 		j.JobState = &[]api.V0044JobInfoJobState{api.V0044JobInfoJobState(state)}
 		j.StateReason = ptr.To(reason)
 	})
