@@ -67,17 +67,27 @@ func TestDrainWaitsForTheSlurmJob(t *testing.T) {
 	node := nodes[1]
 	p := createPod(t, ns, "busy", onlyOnNode(node))
 	p = waitBound(t, ns, "busy", 60*time.Second)
+	// Only a running pod is protected: the eviction API lets Pending pods go whatever
+	// the budgets say, as it should.
+	eventually(t, 30*time.Second, "busy Running and Ready", func() bool {
+		cur := getPod(t, ns, "busy")
+		return cur.Status.Phase == v1.PodRunning && podConditionOf(cur, v1.PodReady) != nil && podConditionOf(cur, v1.PodReady).Status == v1.ConditionTrue
+	})
 	eventually(t, 30*time.Second, "eviction guard in place", func() bool {
 		_, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(context.Background(), "slurmjob-"+strconv.Itoa(int(jobIDOf(t, getPod(t, ns, "busy")))), metav1.GetOptions{})
 		return err == nil
 	})
 	t.Cleanup(func() {
 		_, _ = runCmd(filepath.Join(repoRoot, "bin", "kubectl"), "--kubeconfig", filepath.Join(runDir, "admin.kubeconfig"), "uncordon", node)
-		waitSlurmNodeIdle(t, node)
+		eventually(t, 30*time.Second, "Slurm node "+node+" undrained", func() bool {
+			out, err := runCmd(filepath.Join(runDir, "bin", "sinfo"), "-h", "-n", node, "-o", "%t")
+			return err == nil && !strings.Contains(out, "drain")
+		})
 	})
 
 	drain := exec.Command(filepath.Join(repoRoot, "bin", "kubectl"), "--kubeconfig", filepath.Join(runDir, "admin.kubeconfig"),
-		"drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=120s")
+		// --force: the test pod is a bare pod; eviction still honours disruption budgets.
+		"drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--force", "--timeout=120s")
 	var outBuf strings.Builder
 	drain.Stdout, drain.Stderr = &outBuf, &outBuf
 	require.NoError(t, drain.Start())
