@@ -132,10 +132,23 @@ func TestNotReadyNodeReleasesItsJob(t *testing.T) {
 			return err == nil && readyOf(n) == v1.ConditionTrue
 		})
 	})
-	patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":"Unknown","reason":"NodeStatusUnknown","message":"e2e: kubelet stopped posting node status","lastTransitionTime":%q,"lastHeartbeatTime":%q}]}}`,
-		time.Now().UTC().Format(time.RFC3339), time.Now().UTC().Format(time.RFC3339))
-	_, err := kube.CoreV1().Nodes().Patch(context.Background(), deadNode, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
-	require.NoError(t, err)
+	// A heartbeat kwok had already under way may land after the patch: patch until the
+	// Ready condition stays Unknown.
+	since := time.Now().UTC().Format(time.RFC3339)
+	patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":"Unknown","reason":"NodeStatusUnknown","message":"e2e: kubelet stopped posting node status","lastTransitionTime":%q,"lastHeartbeatTime":%q}]}}`, since, since)
+	stable := 0
+	eventually(t, 30*time.Second, deadNode+" Ready=Unknown for 2 s", func() bool {
+		n, err := kube.CoreV1().Nodes().Get(context.Background(), deadNode, metav1.GetOptions{})
+		require.NoError(t, err)
+		if readyOf(n) != v1.ConditionUnknown {
+			stable = 0
+			_, err := kube.CoreV1().Nodes().Patch(context.Background(), deadNode, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+			require.NoError(t, err)
+			return false
+		}
+		stable++
+		return stable >= 8 // polled every 250 ms
+	})
 
 	waitGone(t, ns, "stuck", 90*time.Second)
 	assert.Contains(t, podEvents(t, stuck), wellknown.EventNodeNotReady)

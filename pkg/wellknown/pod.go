@@ -21,6 +21,7 @@ const (
 	EventSlurmJobTimeLimit = "SlurmJobTimeLimit"
 	EventSlurmJobPreempted = "SlurmJobPreempted"
 	EventSlurmJobNodeFail  = "SlurmJobNodeFail"
+	EventSlurmJobRequeued  = "SlurmJobRequeued"
 	// EventSlurmJobReleased: the pod ended, so its job was cancelled to free its nodes.
 	EventSlurmJobReleased = "SlurmJobReleased"
 	// EventNodeNotReady: the pod's node stayed NotReady past the grace period.

@@ -101,6 +101,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	case job.Ended() && linkedTo(pod, job.ID):
 		reason, note := endEvent(&job)
 		return ctrl.Result{}, r.endPod(ctx, pod, &job, reason, note)
+	case lostItsNode(pod, &job) && linkedTo(pod, job.ID):
+		// Requeued by Slurm (preemption with PreemptMode=REQUEUE, a node failure, scontrol
+		// requeue): a bound pod cannot move, so it ends; its workload makes a new one, and
+		// the requeued job, whose pod is then gone, is cancelled as an orphan.
+		return ctrl.Result{}, r.endPod(ctx, pod, &job, wellknown.EventSlurmJobRequeued,
+			fmt.Sprintf("Slurm job %d was requeued (%s) and no longer holds node %s", job.ID, job.StateString(), pod.Spec.NodeName))
 	}
 	if err := r.syncJobState(ctx, pod, &job); err != nil {
 		return ctrl.Result{}, err
@@ -285,6 +291,19 @@ func (r *Reconciler) checkNodeReady(ctx context.Context, pod *v1.Pod, job *slurm
 	}
 	note := fmt.Sprintf("node %s NotReady for %s (grace %s); cancelled Slurm job %d", node.Name, down.Round(time.Second), r.NotReadyGrace, job.ID)
 	return ctrl.Result{}, r.removePod(ctx, pod, nil, wellknown.EventNodeNotReady, note, ptr.To[int64](0))
+}
+
+// lostItsNode reports whether a bound pod's job no longer holds the pod's node: pending
+// again, or running elsewhere.
+func lostItsNode(pod *v1.Pod, job *slurm.Job) bool {
+	if pod.Spec.NodeName == "" || job.Ended() {
+		return false
+	}
+	if job.State == slurm.StatePending {
+		return true
+	}
+	node, ok := job.NodeForPod(slurmjob.RefOf(pod))
+	return job.Allocated() && ok && node != pod.Spec.NodeName
 }
 
 func isTerminal(pod *v1.Pod) bool {

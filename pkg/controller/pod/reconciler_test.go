@@ -314,3 +314,28 @@ func TestNotReadyNodeReleasesItsPodsAfterGrace(t *testing.T) {
 	_, err = f.pod("fine")
 	assert.NoError(t, err)
 }
+
+func TestRequeuedJobEndsItsBoundPod(t *testing.T) {
+	pod := newPod("p", "n1", v1.PodRunning, "1")
+	waiting := newPod("w", "", v1.PodPending, "2")
+	f := newFixture(t, pod, waiting)
+	id := f.submitFor(pod)
+	require.NoError(t, f.slurm.Allocate(id, "n1"))
+	f.submitFor(waiting)
+	f.poll()
+	_, err := f.reconcile("p")
+	require.NoError(t, err)
+
+	require.NoError(t, f.slurm.SetState(id, slurm.StatePending, "BeginTime"))
+	f.poll()
+	_, err = f.reconcile("p")
+	require.NoError(t, err)
+	_, err = f.pod("p")
+	assert.True(t, apierrors.IsNotFound(err), "a bound pod whose job was requeued ends")
+	assert.Contains(t, f.events(), wellknown.EventSlurmJobRequeued)
+
+	_, err = f.reconcile("w")
+	require.NoError(t, err)
+	_, err = f.pod("w")
+	assert.NoError(t, err, "an unbound pod with a pending job is simply waiting")
+}
