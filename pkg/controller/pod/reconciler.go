@@ -102,11 +102,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		reason, note := endEvent(&job)
 		return ctrl.Result{}, r.endPod(ctx, pod, &job, reason, note)
 	case lostItsNode(pod, &job) && linkedTo(pod, job.ID):
-		// Requeued by Slurm (preemption with PreemptMode=REQUEUE, a node failure, scontrol
-		// requeue): a bound pod cannot move, so it ends; its workload makes a new one, and
-		// the requeued job, whose pod is then gone, is cancelled as an orphan.
-		return ctrl.Result{}, r.endPod(ctx, pod, &job, wellknown.EventSlurmJobRequeued,
-			fmt.Sprintf("Slurm job %d was requeued (%s) and no longer holds node %s", job.ID, job.StateString(), pod.Spec.NodeName))
+		// Our cache may lag the scheduler's (it bound the pod on a newer read), so only
+		// Slurm's own answer now may say the job lost the node. Requeued by Slurm (preemption
+		// with PreemptMode=REQUEUE, a node failure, scontrol requeue): a bound pod cannot
+		// move, so it ends; its workload makes a new one, and the requeued job, whose pod is
+		// then gone, is cancelled as an orphan.
+		fresh, err := r.Slurm.GetJob(ctx, job.ID)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		r.Watcher.Observe(fresh)
+		if lostItsNode(pod, fresh) {
+			return ctrl.Result{}, r.endPod(ctx, pod, fresh, wellknown.EventSlurmJobRequeued,
+				fmt.Sprintf("Slurm job %d was requeued (%s) and no longer holds node %s", fresh.ID, fresh.StateString(), pod.Spec.NodeName))
+		}
+		job = *fresh
 	}
 	if err := r.syncJobState(ctx, pod, &job); err != nil {
 		return ctrl.Result{}, err
