@@ -37,6 +37,7 @@ status:
 ## unit: unit tests (no cluster needed)
 unit:
 	hack/check-manifests.sh
+	hack/crds.sh --check
 	$(GO) test ./pkg/... ./cmd/...
 
 ## e2e: end-to-end tests on the local cluster (brings it up if needed)

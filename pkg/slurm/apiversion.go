@@ -38,7 +38,7 @@ func submitRequest(spec slurmjob.JobSpec) api.V0044JobSubmitReq {
 		CpusPerTask:             ptr.To(spec.CPUsPerNode),
 		CurrentWorkingDirectory: ptr.To("/tmp"),
 		Environment:             &[]string{"PATH=/bin:/usr/bin"},
-		AdminComment:            ptr.To(slurmjob.EncodeIdentity(spec.Pods)),
+		AdminComment:            ptr.To(slurmjob.EncodeIdentity(spec.Identity())),
 	}
 	if spec.MemoryPerNodeMB > 0 {
 		desc.MemoryPerNode = &api.V0044Uint64NoValStruct{Set: ptr.To(true), Number: ptr.To(spec.MemoryPerNodeMB)}
@@ -102,7 +102,9 @@ func jobFromAPI(in *apiJob) Job {
 	if ex := ptr.Deref(in.ExcludedNodes, ""); ex != "" {
 		j.ExcludedNodes = ExpandHostlist(ex)
 	}
-	j.Pods, _ = slurmjob.DecodeIdentity(ptr.Deref(in.AdminComment, ""))
+	if id, ok := slurmjob.DecodeIdentity(ptr.Deref(in.AdminComment, "")); ok {
+		j.Pods, j.Group = id.Pods, id.Group
+	}
 	if res := in.JobResources; res != nil && res.Nodes != nil && res.Nodes.Allocation != nil {
 		for _, n := range *res.Nodes.Allocation {
 			j.Nodes = append(j.Nodes, n.Name)

@@ -84,6 +84,17 @@ var statusByText = func() map[string]int {
 // answers with 422 (not 404) when a request names a node it does not have.
 const errInvalidNodeName = "Invalid node name specified"
 
+// errNodeConfigUnavailable is slurmctld's text for ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE:
+// no set of the nodes Slurm has now could ever run the job (more nodes than exist, say).
+const errNodeConfigUnavailable = "Requested node configuration is not available"
+
+// NeedsOtherNodes reports whether Slurm refused a job only because none of its current
+// nodes could ever run it: the same job may be accepted once nodes join.
+func NeedsOtherNodes(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Kind == KindRejected && slices.Contains(e.Messages, errNodeConfigUnavailable)
+}
+
 // classifyNode is classify for calls naming one node: Slurm's "no such node" is NotFound.
 // Only here, because a submit naming an unknown node is a rejected job, not a missing one.
 func classifyNode(op string, err error) error {

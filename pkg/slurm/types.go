@@ -51,7 +51,9 @@ type Job struct {
 	// Nice is the job's nice value; Nudge writes it back unchanged.
 	Nice int32
 	// Pods are the pods a placeholder job stands for; empty for any other job.
-	Pods      []slurmjob.PodRef
+	Pods []slurmjob.PodRef
+	// Group is the key of the pod group a placeholder job stands for; empty for one pod.
+	Group     string
 	StartTime time.Time
 	EndTime   time.Time
 }

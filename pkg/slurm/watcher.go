@@ -43,6 +43,8 @@ type Watcher struct {
 	jobs  map[int32]*Job
 	byPod map[types.UID]int32
 	byKey map[string]map[int32]bool
+	// byGroup maps a pod group's key to its newest job.
+	byGroup map[string]int32
 	// observed records when Observe added a job, so a poll that was already under way
 	// (and so could not list it) does not drop it as gone.
 	observed map[int32]time.Time
@@ -59,7 +61,7 @@ type Watcher struct {
 func NewWatcher(c Client, interval, resyncPeriod time.Duration) *Watcher {
 	return &Watcher{
 		client: c, interval: interval, resyncPeriod: resyncPeriod,
-		jobs: map[int32]*Job{}, byPod: map[types.UID]int32{}, byKey: map[string]map[int32]bool{}, observed: map[int32]time.Time{}, nodes: map[string]Node{},
+		jobs: map[int32]*Job{}, byPod: map[types.UID]int32{}, byKey: map[string]map[int32]bool{}, byGroup: map[string]int32{}, observed: map[int32]time.Time{}, nodes: map[string]Node{},
 		pollNow: make(chan struct{}, 1),
 	}
 }
@@ -189,6 +191,11 @@ func (w *Watcher) store(j *Job) {
 			w.byPod[p.UID] = j.ID
 		}
 	}
+	if j.Group != "" {
+		if cur, ok := w.byGroup[j.Group]; !ok || cur <= j.ID {
+			w.byGroup[j.Group] = j.ID
+		}
+	}
 }
 
 func (w *Watcher) forget(j *Job) {
@@ -204,6 +211,9 @@ func (w *Watcher) forget(j *Job) {
 		if w.byPod[p.UID] == j.ID {
 			delete(w.byPod, p.UID)
 		}
+	}
+	if j.Group != "" && w.byGroup[j.Group] == j.ID {
+		delete(w.byGroup, j.Group)
 	}
 }
 
@@ -237,6 +247,17 @@ func (w *Watcher) JobForPod(uid types.UID) (Job, bool) {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	id, ok := w.byPod[uid]
+	if !ok {
+		return Job{}, false
+	}
+	return *w.jobs[id], true
+}
+
+// JobForGroup returns the newest placeholder job recorded for a pod group's key.
+func (w *Watcher) JobForGroup(key string) (Job, bool) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	id, ok := w.byGroup[key]
 	if !ok {
 		return Job{}, false
 	}

@@ -21,6 +21,8 @@ const (
 	AnnotationJobName     = "job-name"
 	AnnotationPriority    = "priority"
 	AnnotationExclusive   = "exclusive"
+	// AnnotationGang on a batch Job makes all its pods one Slurm job (all or nothing).
+	AnnotationGang = "gang"
 )
 
 // Annotation returns the full annotation key for one of the keys above.
@@ -31,7 +33,10 @@ type Options struct {
 	Name, Partition, Account, QOS, Reservation string
 	TimeLimitMinutes                           *uint32
 	Priority                                   *uint32
-	Exclusive                                  bool
+	// Exclusive is nil when unset: groups then default to whole nodes, single pods share.
+	Exclusive *bool
+	// Gang asks for a batch Job's pods to be placed as one Slurm job.
+	Gang bool
 }
 
 func (o Options) apply(s *JobSpec) {
@@ -39,7 +44,10 @@ func (o Options) apply(s *JobSpec) {
 		s.Name = o.Name
 	}
 	s.Partition, s.Account, s.QOS, s.Reservation = o.Partition, o.Account, o.QOS, o.Reservation
-	s.TimeLimitMinutes, s.Priority, s.Exclusive = o.TimeLimitMinutes, o.Priority, o.Exclusive
+	s.TimeLimitMinutes, s.Priority = o.TimeLimitMinutes, o.Priority
+	if o.Exclusive != nil {
+		s.Exclusive = *o.Exclusive
+	}
 }
 
 // Slurm names (partitions, accounts, QOS, reservations) are plain words; job names may
@@ -58,6 +66,17 @@ func nameField(field func(*Options) *string, re *regexp.Regexp, what string) par
 			return fmt.Errorf("%q is not a valid %s (allowed: %s)", v, what, re.String())
 		}
 		*field(o) = v
+		return nil
+	}
+}
+
+func boolField(set func(*Options, bool)) parser {
+	return func(v string, o *Options) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%q is not true or false", v)
+		}
+		set(o, b)
 		return nil
 	}
 }
@@ -87,14 +106,8 @@ var parsers = map[string]parser{
 		o.Priority = &p32
 		return nil
 	},
-	AnnotationExclusive: func(v string, o *Options) error {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("%q is not true or false", v)
-		}
-		o.Exclusive = b
-		return nil
-	},
+	AnnotationExclusive: boolField(func(o *Options, b bool) { o.Exclusive = &b }),
+	AnnotationGang:      boolField(func(o *Options, b bool) { o.Gang = b }),
 }
 
 // AnnotationError names the annotation whose value is wrong, and why.

@@ -7,39 +7,42 @@ import (
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
 
-// identity is what a placeholder job's admin_comment holds. admin_comment, unlike the
-// name or comment, can only be set by Slurm operators, so a user's sbatch job cannot
-// pass itself off as one of ours.
-type identity struct {
-	Pods []PodRef `json:"pods"`
+// Identity is what a placeholder job's admin_comment holds: the pods it stands for, in
+// rank order, and for a pod group the group's key. admin_comment, unlike the name or
+// comment, can only be set by Slurm operators, so a user's sbatch job cannot pass itself
+// off as one of ours.
+type Identity struct {
+	// Group is the key of the pod group the job was submitted for; empty for one pod.
+	Group string   `json:"group,omitempty"`
+	Pods  []PodRef `json:"pods"`
 }
 
 // EncodeIdentity returns the admin_comment recording which pods a job stands for.
-func EncodeIdentity(pods []PodRef) string {
-	b, err := json.Marshal(map[string]identity{wellknown.AdminCommentKey: {Pods: pods}})
+func EncodeIdentity(id Identity) string {
+	b, err := json.Marshal(map[string]Identity{wellknown.AdminCommentKey: id})
 	if err != nil {
-		panic(fmt.Sprintf("encoding pod identity: %v", err)) // PodRef always marshals
+		panic(fmt.Sprintf("encoding pod identity: %v", err)) // Identity always marshals
 	}
 	return string(b)
 }
 
-// DecodeIdentity returns the pods recorded in a job's admin_comment, and false when the
-// comment is not ours (any other job in the cluster).
-func DecodeIdentity(adminComment string) ([]PodRef, bool) {
+// DecodeIdentity returns the identity recorded in a job's admin_comment, and false when
+// the comment is not ours (any other job in the cluster).
+func DecodeIdentity(adminComment string) (Identity, bool) {
 	if adminComment == "" || adminComment[0] != '{' {
-		return nil, false
+		return Identity{}, false
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(adminComment), &m); err != nil {
-		return nil, false
+		return Identity{}, false
 	}
 	raw, ok := m[wellknown.AdminCommentKey]
 	if !ok {
-		return nil, false
+		return Identity{}, false
 	}
-	var id identity
+	var id Identity
 	if err := json.Unmarshal(raw, &id); err != nil || len(id.Pods) == 0 {
-		return nil, false
+		return Identity{}, false
 	}
-	return id.Pods, true
+	return id, true
 }

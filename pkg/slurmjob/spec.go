@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
 
 // GPUResource is the extended resource whose count becomes the job's gres/gpu.
@@ -54,17 +56,24 @@ type JobSpec struct {
 	// ExcludedNodes are Slurm nodes the pod cannot use (Kubernetes filters rejected them).
 	ExcludedNodes []string
 
-	// Pods are the pods this job stands for, in rank order.
+	// Pods are the pods this job stands for, in rank order: pod i runs on node i of
+	// Slurm's allocation.
 	Pods []PodRef
+	// Group is the key of the pod group this job is for; empty for a single pod.
+	Group string
 }
+
+// Identity is what the job records of the pods it stands for.
+func (s JobSpec) Identity() Identity { return Identity{Group: s.Group, Pods: s.Pods} }
 
 // Unlimited is the TimeLimitMinutes value of "no time limit".
 const Unlimited = math.MaxUint32
 
-// ForPod builds the JobSpec for a single pod, reading its resource requests and its
-// slurmjob annotations. Any invalid annotation is an error naming the annotation.
-func ForPod(pod *v1.Pod) (JobSpec, error) {
-	opts, err := ParseAnnotations(pod.Annotations)
+// ForPod builds the JobSpec for a single pod from its resource requests and its slurmjob
+// annotations, read from its root workload (root, may be nil) and then the pod, the pod's
+// winning. Any invalid annotation is an error naming the annotation.
+func ForPod(pod *v1.Pod, root map[string]string) (JobSpec, error) {
+	opts, err := ParseAnnotations(Merge(root, pod.Annotations))
 	if err != nil {
 		return JobSpec{}, err
 	}
@@ -76,6 +85,68 @@ func ForPod(pod *v1.Pod) (JobSpec, error) {
 	opts.apply(&spec)
 	spec.CPUsPerNode, spec.MemoryPerNodeMB, spec.GPUsPerNode = Requests(pod)
 	return spec, nil
+}
+
+// MaxGroupSize caps a group's members: the job's admin_comment records each of them
+// (about 100 bytes a pod), and that record must stay a size slurmctld accepts.
+const MaxGroupSize = 512
+
+// ForGroup builds the one JobSpec of a pod group: one node per member, members in rank
+// order (member i gets node i of the allocation), each node sized for the largest member,
+// whole nodes unless the annotations say exclusive=false. Annotations come from the
+// group's root workload, then its pods, which must agree with each other.
+func ForGroup(key, name string, root map[string]string, members []*v1.Pod) (JobSpec, error) {
+	if len(members) == 0 || len(members) > MaxGroupSize {
+		return JobSpec{}, fmt.Errorf("a pod group needs 1 to %d members, has %d", MaxGroupSize, len(members))
+	}
+	podAnnotations, err := agreedAnnotations(members)
+	if err != nil {
+		return JobSpec{}, err
+	}
+	opts, err := ParseAnnotations(Merge(root, podAnnotations))
+	if err != nil {
+		return JobSpec{}, err
+	}
+	spec := JobSpec{Name: name, Nodes: int32(len(members)), Group: key, Exclusive: true}
+	opts.apply(&spec)
+	for _, pod := range members {
+		spec.Pods = append(spec.Pods, RefOf(pod))
+		cpus, mem, gpus := Requests(pod)
+		spec.CPUsPerNode = max(spec.CPUsPerNode, cpus)
+		spec.MemoryPerNodeMB = max(spec.MemoryPerNodeMB, mem)
+		spec.GPUsPerNode = max(spec.GPUsPerNode, gpus)
+	}
+	return spec, nil
+}
+
+// Merge returns the slurmjob annotations of base overridden by those of over.
+func Merge(base, over map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, m := range []map[string]string{base, over} {
+		for k, v := range m {
+			if strings.HasPrefix(k, wellknown.SlurmJobAnnotationPrefix) {
+				out[k] = v
+			}
+		}
+	}
+	return out
+}
+
+// agreedAnnotations returns the slurmjob annotations the members set; two members setting
+// one key to different values is an error, as no single job could honour both.
+func agreedAnnotations(members []*v1.Pod) (map[string]string, error) {
+	out := map[string]string{}
+	from := map[string]string{}
+	for _, pod := range members {
+		for k, v := range Merge(nil, pod.Annotations) {
+			if prev, ok := out[k]; ok && prev != v {
+				return nil, &AnnotationError{Key: k, Value: v, Err: fmt.Errorf(
+					"pods of one group must agree: %q on %s, %q on %s", prev, from[k], v, pod.Name)}
+			}
+			out[k], from[k] = v, pod.Name
+		}
+	}
+	return out, nil
 }
 
 // Requests returns the pod's effective requests in Slurm's units: whole CPUs (rounded up,

@@ -77,7 +77,7 @@ func TestParseAnnotations(t *testing.T) {
 			in: a("partition", "gpu", "account", "ml-team", "qos", "high", "reservation", "maint_1",
 				"time-limit", "1:30:00", "job-name", "train/llama-7b", "priority", "100", "exclusive", "true"),
 			want: Options{Partition: "gpu", Account: "ml-team", QOS: "high", Reservation: "maint_1",
-				TimeLimitMinutes: ptr.To[uint32](90), Name: "train/llama-7b", Priority: ptr.To[uint32](100), Exclusive: true},
+				TimeLimitMinutes: ptr.To[uint32](90), Name: "train/llama-7b", Priority: ptr.To[uint32](100), Exclusive: ptr.To(true)},
 		},
 		{name: "negative time limit", in: a("time-limit", "-10"), wantErr: "time-limit"},
 		{name: "malformed time limit", in: a("time-limit", "ten minutes"), wantErr: "time-limit"},
@@ -135,7 +135,7 @@ func TestForPod(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			spec, err := ForPod(tt.pod)
+			spec, err := ForPod(tt.pod, nil)
 			require.NoError(t, err)
 			assert.Equal(t, tt.wantCPUs, spec.CPUsPerNode)
 			assert.Equal(t, tt.wantMem, spec.MemoryPerNodeMB)
@@ -149,7 +149,7 @@ func TestForPod(t *testing.T) {
 }
 
 func TestForPodRejectsBadAnnotation(t *testing.T) {
-	_, err := ForPod(pod(map[string]string{Annotation("priority"): "urgent"}, container(nil, nil)))
+	_, err := ForPod(pod(map[string]string{Annotation("priority"): "urgent"}, container(nil, nil)), nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), Annotation("priority"))
 }
@@ -161,9 +161,11 @@ func TestWithExcludedNodes(t *testing.T) {
 
 func TestIdentityRoundTrip(t *testing.T) {
 	refs := []PodRef{{Namespace: "ns", Name: "a", UID: "u1"}, {Namespace: "ns", Name: "b", UID: "u2"}}
-	got, ok := DecodeIdentity(EncodeIdentity(refs))
-	require.True(t, ok)
-	assert.Equal(t, refs, got)
+	for _, id := range []Identity{{Pods: refs}, {Group: "Job/ns/train", Pods: refs}} {
+		got, ok := DecodeIdentity(EncodeIdentity(id))
+		require.True(t, ok)
+		assert.Equal(t, id, got)
+	}
 
 	for _, other := range []string{"", "hand-written note", `{"other.io":{"pods":[]}}`, `{"kubeslurm.io":{"pods":[]}}`, `{"kubeslurm.io":`} {
 		_, ok := DecodeIdentity(other)

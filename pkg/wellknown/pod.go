@@ -26,4 +26,7 @@ const (
 	EventSlurmJobReleased = "SlurmJobReleased"
 	// EventNodeNotReady: the pod's node stayed NotReady past the grace period.
 	EventNodeNotReady = "SlurmJobNodeNotReady"
+	// EventSlurmJobGroupMemberEnded: another member of the pod's group failed or was
+	// deleted after the group's job started, so the whole group ends.
+	EventSlurmJobGroupMemberEnded = "SlurmJobGroupMemberEnded"
 )

@@ -77,7 +77,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("reading pod: %w", err)
 	}
 
-	// Jobs of an earlier pod under the same name are orphans.
+	// Jobs of an earlier pod under the same name are orphans (or lost that member).
 	if err := r.cancelAll(ctx, jobs, pod.UID, "its pod was replaced by a new one of the same name"); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -89,7 +89,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	podDone := isTerminal(pod) || (pod.DeletionTimestamp != nil && pod.Spec.NodeName == "")
 	switch {
 	case podDone && !job.Ended():
+		keep, err := r.groupKeepsJob(ctx, &job, pod.UID, pod.Status.Phase)
+		if err != nil || keep {
+			return ctrl.Result{}, err
+		}
 		logger.Info("Pod ended; cancelling its Slurm job", "job", job.ID, "phase", pod.Status.Phase)
+		r.tellOtherMembers(ctx, &job, pod.UID, fmt.Sprintf("pod %s of the group %s", pod.Name, podEnd(pod)))
 		if err := r.cancel(ctx, job.ID); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -158,18 +163,90 @@ func (r *Reconciler) reconcileMissingJob(ctx context.Context, pod *v1.Pod) (ctrl
 	return ctrl.Result{}, nil
 }
 
-// cancelAll cancels the active jobs not belonging to keepUID.
+// cancelAll cancels the active jobs not belonging to keepUID, whose pod of this name is
+// gone; a group job whose other members go on is left to groupKeepsJob's rule.
 func (r *Reconciler) cancelAll(ctx context.Context, jobs []slurm.Job, keepUID types.UID, why string) error {
 	for _, j := range jobs {
 		if j.Ended() || (keepUID != "" && hasPod(&j, keepUID)) {
 			continue
 		}
+		keep, err := r.groupKeepsJob(ctx, &j, "", "")
+		if err != nil {
+			return err
+		}
+		if keep {
+			continue
+		}
 		log.FromContext(ctx).Info("Cancelling orphaned Slurm job", "job", j.ID, "reason", why)
+		r.tellOtherMembers(ctx, &j, "", "a member of the group left ("+why+")")
 		if err := r.cancel(ctx, j.ID); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// groupKeepsJob reports whether a pod group's job stays although one member left (phase
+// is "" for a member that is gone or was deleted before it was bound).
+func (r *Reconciler) groupKeepsJob(ctx context.Context, job *slurm.Job, leaving types.UID, phase v1.PodPhase) (bool, error) {
+	if len(job.Pods) <= 1 {
+		return false, nil
+	}
+	others, err := r.liveMembers(ctx, job, leaving)
+	if err != nil {
+		return false, err
+	}
+	return keepGroupJob(job, phase, len(others)), nil
+}
+
+// keepGroupJob is the group policy: before the job starts, losing a member leaves it to
+// the scheduler, which resubmits for the members there are once the group is whole
+// again; a member that succeeded leaves the job to the others until the last one ends;
+// a member that failed, or was deleted, after the start ends the whole group.
+func keepGroupJob(job *slurm.Job, phase v1.PodPhase, othersLive int) bool {
+	if len(job.Pods) <= 1 || othersLive == 0 {
+		return false
+	}
+	return job.State == slurm.StatePending || phase == v1.PodSucceeded
+}
+
+// liveMembers returns the job's other pods that exist, as the same pod, and have not ended.
+func (r *Reconciler) liveMembers(ctx context.Context, job *slurm.Job, except types.UID) ([]*v1.Pod, error) {
+	var out []*v1.Pod
+	for _, ref := range job.Pods {
+		if ref.UID == except {
+			continue
+		}
+		p := &v1.Pod{}
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, p)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if p.UID == ref.UID && !isTerminal(p) && p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// tellOtherMembers records on each other live member of a group job why the job is about
+// to be cancelled, so `kubectl describe` of any member tells the story.
+func (r *Reconciler) tellOtherMembers(ctx context.Context, job *slurm.Job, except types.UID, why string) {
+	if len(job.Pods) <= 1 {
+		return
+	}
+	others, err := r.liveMembers(ctx, job, except)
+	if err != nil {
+		log.FromContext(ctx).Error(err, "Listing the other members of a group job", "job", job.ID)
+		return
+	}
+	for _, p := range others {
+		r.Recorder.Eventf(p, nil, v1.EventTypeWarning, wellknown.EventSlurmJobGroupMemberEnded, "Cancel",
+			"%s; cancelling the group's Slurm job %d", why, job.ID)
+	}
 }
 
 func (r *Reconciler) cancel(ctx context.Context, id int32) error {

@@ -22,6 +22,9 @@ type Args struct {
 	ResyncPeriod metav1.Duration `json:"resyncPeriod"`
 	// RequestTimeout bounds one slurmrestd request (default 15s).
 	RequestTimeout metav1.Duration `json:"requestTimeout"`
+	// GroupPermitTimeout bounds how long a pod group's member, on its allocated node,
+	// waits for the other members before all go back to the queue (default 60s).
+	GroupPermitTimeout metav1.Duration `json:"groupPermitTimeout"`
 }
 
 func (a *Args) setDefaults() {
@@ -33,6 +36,9 @@ func (a *Args) setDefaults() {
 	}
 	if a.RequestTimeout.Duration == 0 {
 		a.RequestTimeout.Duration = 15 * time.Second
+	}
+	if a.GroupPermitTimeout.Duration == 0 {
+		a.GroupPermitTimeout.Duration = defaultGroupPermitTimeout
 	}
 }
 

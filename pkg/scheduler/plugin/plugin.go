@@ -1,11 +1,15 @@
 // Package plugin is kubeslurm's scheduler framework plugin: a pod becomes a Slurm
 // placeholder job, Slurm decides where it runs, and the pod is bound to that node.
 //
+//	PreEnqueue holds a pod of a group until the group has all its members.
 //	PreFilter  reads the pod's job from the shared Slurm watcher (no request to Slurm):
 //	           allocated → only that node; pending → wait with Slurm's reason; none → go on.
 //	Filter     admits only the allocated node; with no job yet it marks every node that
 //	           passed the other filters as "waiting for Slurm".
-//	PostFilter submits the job once, excluding the nodes Kubernetes ruled out.
+//	PostFilter submits the job once — one job for a whole pod group — excluding the nodes
+//	           Kubernetes ruled out.
+//	Permit     holds each member of a group until every member has its node, then lets
+//	           them all bind: all or nothing.
 //	PreBind    checks the allocation still stands.
 //
 // Pods waiting on Slurm are re-activated only when the watcher sees their job change.
@@ -17,6 +21,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,6 +37,7 @@ import (
 	"github.com/kubeslurm/kubeslurm/pkg/slurm"
 	"github.com/kubeslurm/kubeslurm/pkg/slurmjob"
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
+	"github.com/kubeslurm/kubeslurm/pkg/workload"
 )
 
 // Name is the plugin's registered name.
@@ -45,12 +51,20 @@ type Plugin struct {
 	slurm     slurm.Client
 	watcher   *slurm.Watcher
 	podLister corelisters.PodLister
+	groups    *workload.Resolver
+	// permitTimeout bounds how long a group member waits in Permit for the others.
+	permitTimeout time.Duration
+	// needsNodes holds jobs Slurm refused until its nodes change.
+	needsNodes *needsNodes
 }
 
 var (
+	_ fwk.PreEnqueuePlugin  = &Plugin{}
 	_ fwk.PreFilterPlugin   = &Plugin{}
 	_ fwk.FilterPlugin      = &Plugin{}
 	_ fwk.PostFilterPlugin  = &Plugin{}
+	_ fwk.ReservePlugin     = &Plugin{}
+	_ fwk.PermitPlugin      = &Plugin{}
 	_ fwk.PreBindPlugin     = &Plugin{}
 	_ fwk.EnqueueExtensions = &Plugin{}
 )
@@ -75,15 +89,26 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, err
 	}
 	w := slurm.NewWatcher(client, args.PollInterval.Duration, args.ResyncPeriod.Duration)
-	p := NewWithClient(h, client, w)
+	groups, informers, err := newResolver(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	p := NewWithClient(h, client, w, groups)
+	p.permitTimeout = args.GroupPermitTimeout.Duration
+	if err := p.watchGroups(informers); err != nil {
+		return nil, err
+	}
 	go w.Run(ctx)
 	return p, nil
 }
 
-// NewWithClient builds the plugin on a given Slurm client and watcher (tests, benchmarks);
-// the caller runs the watcher.
-func NewWithClient(h fwk.Handle, c slurm.Client, w *slurm.Watcher) *Plugin {
-	p := &Plugin{handle: h, slurm: c, watcher: w, podLister: h.SharedInformerFactory().Core().V1().Pods().Lister()}
+// NewWithClient builds the plugin on a given Slurm client, watcher and group resolver
+// (tests, benchmarks); the caller runs the watcher.
+func NewWithClient(h fwk.Handle, c slurm.Client, w *slurm.Watcher, groups *workload.Resolver) *Plugin {
+	p := &Plugin{
+		handle: h, slurm: c, watcher: w, groups: groups, permitTimeout: defaultGroupPermitTimeout, needsNodes: newNeedsNodes(),
+		podLister: h.SharedInformerFactory().Core().V1().Pods().Lister(),
+	}
 	w.OnChange(p.activate)
 	return p
 }
@@ -91,11 +116,18 @@ func NewWithClient(h fwk.Handle, c slurm.Client, w *slurm.Watcher) *Plugin {
 // Name implements fwk.Plugin.
 func (p *Plugin) Name() string { return Name }
 
-// cycleState is what PreFilter learnt, for Filter and PostFilter of the same cycle.
+// cycleState is what PreFilter learnt, for the later extension points of the same cycle.
 type cycleState struct {
+	// group is the pod's group, nil for a pod placed on its own.
+	group *workload.Group
+	// spec is the job to submit when there is none (or when replacing job).
 	spec slurmjob.JobSpec
-	// job is the pod's current placeholder job, nil when none was submitted yet.
+	// job is the pod's current placeholder job (for a group member, the group's), nil
+	// when none was submitted yet.
 	job *slurm.Job
+	// replace is set when job lost a member before it started: PostFilter submits a job
+	// for the group's current members and cancels job.
+	replace bool
 	// node is the node Slurm allocated to this pod, empty until then.
 	node string
 }
@@ -121,17 +153,41 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 		}
 		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
 	}
-	spec, err := slurmjob.ForPod(pod)
+	group, err := p.groups.GroupOf(pod)
 	if err != nil {
 		p.event(pod, v1.EventTypeWarning, wellknown.EventInvalidSlurmJobSpec, "Submit", "No Slurm job submitted: %v", err)
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "invalid Slurm job spec: "+err.Error())
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "pod group: "+err.Error())
 	}
-	s := &cycleState{spec: spec}
+	s := &cycleState{group: group}
 	state.Write(stateKey, s)
 
 	job, ok := p.currentJob(pod)
+	var replacing *slurm.Job
+	switch {
+	case ok && group != nil && job.State == slurm.StatePending && !p.membersIntact(&job):
+		// A member left before the job started: once the group is whole again, a job for
+		// the members there are now replaces it.
+		replacing, ok = &job, false
+	case !ok && group != nil:
+		if gj, found := p.watcher.JobForGroup(group.Key()); found && !gj.Ended() {
+			if p.membersIntact(&gj) {
+				return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
+					"Slurm job %d already stands for the %d pods of %s; this pod is not one of them", gj.ID, len(gj.Pods), group))
+			}
+			replacing = &gj
+		}
+	}
 	if !ok {
-		return nil, nil // no job yet: Filter marks the feasible nodes, PostFilter submits
+		if why, refused := p.needsNodes.waiting(jobKey(pod, group), pod); refused {
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why)
+		}
+		// No job yet: Filter marks the feasible nodes, PostFilter submits.
+		spec, status := p.specFor(pod, group)
+		if status != nil {
+			return nil, status
+		}
+		s.spec, s.job, s.replace = spec, replacing, replacing != nil
+		return nil, nil
 	}
 	s.job = &job
 	switch {
@@ -188,17 +244,22 @@ func (p *Plugin) slurmNode(name string) bool {
 	return ok
 }
 
-// PostFilter submits the placeholder job when the pod has none, or replaces a job whose
-// allocation Kubernetes cannot use for good (a taint or affinity rules the node out).
+// PostFilter submits the placeholder job when the pod (or its group) has none, and
+// replaces a job whose allocation Kubernetes cannot use for good (a taint or affinity rules
+// the node out) or that lost a group member before it started.
 func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	s, ok := getState(state)
 	if !ok {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	switch {
-	case s.job == nil:
-		_, status := p.submit(ctx, pod, s.spec, p.excludedNodes(statuses))
+	case s.job == nil && !s.replace:
+		_, status := p.submit(ctx, pod, s.group, s.spec, p.excludedNodes(statuses))
 		return nil, status
+	case s.replace:
+		// Filter ran on every node for this pod, as for a first submission.
+		return nil, p.replace(ctx, pod, s, p.excludedNodes(statuses),
+			fmt.Sprintf("Slurm job %d lost a member of %s before it started; resubmitting for the current members", s.job.ID, s.group))
 	case s.node != "":
 		st := statuses.Get(s.node)
 		if st == nil || st.Code() != fwk.UnschedulableAndUnresolvable || st.Plugin() == Name {
@@ -206,24 +267,34 @@ func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.P
 			// cluster events that the rejecting plugin registered.
 			return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("Slurm allocated node %s; waiting for Kubernetes to admit the pod there", s.node))
 		}
-		p.event(pod, v1.EventTypeWarning, wellknown.EventSlurmAllocationUnusable, "Resubmit",
-			"Slurm job %d was allocated node %s, which Kubernetes rules out (%s); resubmitting without it",
-			s.job.ID, s.node, st.Message())
-		// Submit the replacement first: the pod's job-id then names it before the old job
-		// ends, so the controller never reads the old job's end as the pod's.
-		// The other nodes were never filtered this cycle (PreFilter named only s.node), so
-		// the replacement excludes what the old job excluded, plus this node.
-		job, status := p.submit(ctx, pod, s.spec, append(slices.Clone(s.job.ExcludedNodes), s.node))
-		if job == nil {
+		spec, status := p.specFor(pod, s.group)
+		if status != nil {
 			return nil, status
 		}
-		if err := slurm.Release(ctx, p.slurm, p.watcher, s.job.ID); err != nil {
-			klog.FromContext(ctx).Error(err, "Cancelling replaced Slurm job", "job", s.job.ID, "pod", klog.KObj(pod))
-		}
-		return nil, status
+		s.spec = spec
+		// The other nodes were never filtered this cycle (PreFilter named only s.node), so
+		// the replacement excludes what the old job excluded, plus this node.
+		return nil, p.replace(ctx, pod, s, append(slices.Clone(s.job.ExcludedNodes), s.node), fmt.Sprintf(
+			"Slurm job %d was allocated node %s, which Kubernetes rules out (%s); resubmitting without it", s.job.ID, s.node, st.Message()))
 	default:
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
+}
+
+// replace submits s.spec as the successor of s.job and then cancels s.job. Submitting
+// first means the pods' job-id names the new job before the old one ends, so the
+// controller never reads the old job's end as theirs.
+func (p *Plugin) replace(ctx context.Context, pod *v1.Pod, s *cycleState, excluded []string, why string) *fwk.Status {
+	p.event(pod, v1.EventTypeWarning, wellknown.EventSlurmAllocationUnusable, "Resubmit", "%s", why)
+	job, status := p.submit(ctx, pod, s.group, s.spec, excluded)
+	if job == nil {
+		return status
+	}
+	p.rejectWaiting(s.job, "its Slurm job was replaced")
+	if err := slurm.Release(ctx, p.slurm, p.watcher, s.job.ID); err != nil {
+		klog.FromContext(ctx).Error(err, "Cancelling replaced Slurm job", "job", s.job.ID, "pod", klog.KObj(pod))
+	}
+	return status
 }
 
 // excludedNodes are the Slurm nodes the pod must not get: those another filter rejected.
@@ -239,10 +310,10 @@ func (p *Plugin) excludedNodes(statuses fwk.NodeToStatusReader) []string {
 	return out
 }
 
-// submit submits the pod's job, records the link on the pod, and says what happened. The
+// submit submits the job, records the link on its pods, and says what happened. The
 // status is a rejection (the pod waits for Slurm) unless Slurm is unreachable: then it is
 // an Error, so the pod is retried with backoff. The job is nil when none was submitted.
-func (p *Plugin) submit(ctx context.Context, pod *v1.Pod, spec slurmjob.JobSpec, excluded []string) (*slurm.Job, *fwk.Status) {
+func (p *Plugin) submit(ctx context.Context, pod *v1.Pod, group *workload.Group, spec slurmjob.JobSpec, excluded []string) (*slurm.Job, *fwk.Status) {
 	logger := klog.FromContext(ctx)
 	if len(excluded) > 0 && len(excluded) >= len(p.watcher.NodeNames()) {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "no Slurm node passes the Kubernetes filters; not submitting a job that could never start")
@@ -250,29 +321,39 @@ func (p *Plugin) submit(ctx context.Context, pod *v1.Pod, spec slurmjob.JobSpec,
 	spec = spec.WithExcludedNodes(excluded)
 	job, err := p.slurm.Submit(ctx, spec)
 	if err != nil {
+		if slurm.NeedsOtherNodes(err) {
+			why := fmt.Sprintf("Slurm cannot run the job on any of its current nodes (%v); submitting again when Slurm's nodes change", err)
+			p.groupEvent(pod, group, v1.EventTypeWarning, wellknown.EventSlurmJobSubmitFailed, "Submit", "%s", why)
+			p.needsNodes.refused(jobKey(pod, group), why)
+			p.needsNodes.waiting(jobKey(pod, group), pod)
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why)
+		}
 		if slurm.IsRejected(err) {
-			p.event(pod, v1.EventTypeWarning, wellknown.EventSlurmJobSubmitFailed, "Submit", "Slurm refused the job: %v", err)
+			p.groupEvent(pod, group, v1.EventTypeWarning, wellknown.EventSlurmJobSubmitFailed, "Submit", "Slurm refused the job: %v", err)
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 		}
 		return nil, fwk.AsStatus(fmt.Errorf("submitting Slurm job: %w", err))
 	}
 	p.watcher.Observe(job)
 	p.watcher.Trigger()
-	logger.V(2).Info("Submitted placeholder job", "pod", klog.KObj(pod), "job", job.ID, "excluded", spec.ExcludedNodes)
-	p.event(pod, v1.EventTypeNormal, wellknown.EventSlurmJobSubmitted, "Submit", "Submitted Slurm job %d: %s", job.ID, spec)
-	if err := p.linkPod(ctx, pod, job.ID); err != nil {
-		// The job records the pod's UID, so the link is found again without the label.
-		logger.Error(err, "Labelling pod with its Slurm job", "pod", klog.KObj(pod), "job", job.ID)
+	logger.V(2).Info("Submitted placeholder job", "pod", klog.KObj(pod), "job", job.ID, "group", spec.Group, "excluded", spec.ExcludedNodes)
+	p.groupEvent(pod, group, v1.EventTypeNormal, wellknown.EventSlurmJobSubmitted, "Submit", "Submitted Slurm job %d: %s", job.ID, spec)
+	for _, ref := range spec.Pods {
+		if err := p.linkPod(ctx, ref, job.ID); err != nil {
+			// The job records the pods' UIDs, so the link is found again without the label.
+			logger.Error(err, "Labelling pod with its Slurm job", "pod", ref.Key(), "job", job.ID)
+		}
 	}
 	return job, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("Slurm job %d submitted; %s", job.ID, waitingForSlurm))
 }
 
-// linkPod writes the job id onto the pod, as a label and an annotation.
-func (p *Plugin) linkPod(ctx context.Context, pod *v1.Pod, id int32) error {
+// linkPod writes the job id onto the pod, as a label and an annotation. The patch is
+// preconditioned on the UID, so a new pod of the same name is never labelled.
+func (p *Plugin) linkPod(ctx context.Context, ref slurmjob.PodRef, id int32) error {
 	v := strconv.Itoa(int(id))
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q},"annotations":{%q:%q}}}`,
-		wellknown.JobIDLabel, v, wellknown.JobIDLabel, v)
-	_, err := p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "kubeslurm-scheduler"})
+	patch := fmt.Sprintf(`{"metadata":{"uid":%q,"labels":{%q:%q},"annotations":{%q:%q}}}`,
+		ref.UID, wellknown.JobIDLabel, v, wellknown.JobIDLabel, v)
+	_, err := p.handle.ClientSet().CoreV1().Pods(ref.Namespace).Patch(ctx, ref.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "kubeslurm-scheduler"})
 	return err
 }
 
@@ -297,10 +378,13 @@ func (p *Plugin) PreBind(_ context.Context, _ fwk.CycleState, pod *v1.Pod, nodeN
 }
 
 // EventsToRegister: a pod waiting on Slurm is moved by the watcher (Activate), not by
-// cluster events; only a change of the pod's own slurmjob annotations requeues it.
+// cluster events; a change of the pod's own slurmjob annotations requeues it, and so does
+// a new pod of its group (the group may now be whole). Workload objects appearing or
+// changing are watched by the plugin itself (watchGroups), as some are custom resources.
 func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update}, QueueingHintFn: slurmAnnotationsChanged},
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Add | fwk.Delete}, QueueingHintFn: p.sameGroup},
 	}, nil
 }
 
@@ -339,7 +423,7 @@ func equalPrefixed(a, b map[string]string, prefix string) bool {
 func (p *Plugin) activate(change slurm.Change) {
 	pods := map[string]*v1.Pod{}
 	add := func(pod *v1.Pod) {
-		if pod.Spec.NodeName == "" && pod.Spec.SchedulerName == p.handle.ProfileName() && pod.DeletionTimestamp == nil {
+		if p.waiting(pod) {
 			pods[pod.Namespace+"/"+pod.Name] = pod
 		}
 	}
@@ -349,6 +433,11 @@ func (p *Plugin) activate(change slurm.Change) {
 			for _, pod := range all {
 				add(pod)
 			}
+		}
+	}
+	if len(change.Nodes) > 0 {
+		for k, pod := range p.needsNodes.nodesChanged() {
+			pods[k] = pod
 		}
 	}
 	for _, c := range change.Jobs {
@@ -361,6 +450,14 @@ func (p *Plugin) activate(change slurm.Change) {
 	if len(pods) > 0 {
 		p.handle.Activate(klog.Background(), pods)
 	}
+}
+
+// jobKey names the job a pod waits for: its group's key, or the pod's own UID.
+func jobKey(pod *v1.Pod, group *workload.Group) string {
+	if group != nil {
+		return group.Key()
+	}
+	return string(pod.UID)
 }
 
 func (p *Plugin) event(pod *v1.Pod, eventType, reason, action, note string, args ...interface{}) {

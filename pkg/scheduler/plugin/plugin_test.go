@@ -16,15 +16,18 @@ import (
 	"k8s.io/client-go/informers"
 	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	splisters "sigs.k8s.io/scheduler-plugins/pkg/generated/listers/scheduling/v1alpha1"
 
 	"github.com/kubeslurm/kubeslurm/pkg/slurm"
 	"github.com/kubeslurm/kubeslurm/pkg/slurm/slurmtest"
 	"github.com/kubeslurm/kubeslurm/pkg/slurmjob"
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
+	"github.com/kubeslurm/kubeslurm/pkg/workload"
 )
 
 // testHandle is the part of fwk.Handle the plugin uses.
@@ -36,6 +39,51 @@ type testHandle struct {
 
 	mu        sync.Mutex
 	activated []string
+	waiting   map[types.UID]*fakeWaitingPod
+}
+
+func (h *testHandle) GetWaitingPod(uid types.UID) fwk.WaitingPod {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if wp, ok := h.waiting[uid]; ok {
+		return wp
+	}
+	return nil
+}
+
+func (h *testHandle) IterateOverWaitingPods(f func(fwk.WaitingPod)) {
+	h.mu.Lock()
+	list := make([]*fakeWaitingPod, 0, len(h.waiting))
+	for _, wp := range h.waiting {
+		list = append(list, wp)
+	}
+	h.mu.Unlock()
+	for _, wp := range list {
+		f(wp)
+	}
+}
+
+// fakeWaitingPod is a pod the test put in Permit's waiting state; Allow and Reject
+// record the verdict.
+type fakeWaitingPod struct {
+	fwk.WaitingPod
+	pod      *v1.Pod
+	verdict  string
+	rejected string
+}
+
+func (w *fakeWaitingPod) GetPod() *v1.Pod      { return w.pod }
+func (w *fakeWaitingPod) Allow(string)         { w.verdict = "allowed" }
+func (w *fakeWaitingPod) Reject(_, msg string) bool {
+	w.verdict, w.rejected = "rejected", msg
+	return true
+}
+func (h *testHandle) wait(pod *v1.Pod) *fakeWaitingPod {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	wp := &fakeWaitingPod{pod: pod}
+	h.waiting[pod.UID] = wp
+	return wp
 }
 
 func (h *testHandle) ClientSet() clientset.Interface                         { return h.cs }
@@ -57,6 +105,8 @@ type fixture struct {
 	watcher *slurm.Watcher
 	plugin  *Plugin
 	nodes   []*v1.Node
+	// podGroups backs the scheduler-plugins PodGroup lister.
+	podGroups cache.Indexer
 }
 
 func newFixture(t *testing.T, pods ...*v1.Pod) *fixture {
@@ -69,12 +119,19 @@ func newFixture(t *testing.T, pods ...*v1.Pod) *fixture {
 		f.nodes = append(f.nodes, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}})
 	}
 	cs := fake.NewClientset(objs...)
-	f.handle = &testHandle{cs: cs, informers: informers.NewSharedInformerFactory(cs, 0), recorder: events.NewFakeRecorder(100)}
+	f.handle = &testHandle{cs: cs, informers: informers.NewSharedInformerFactory(cs, 0), recorder: events.NewFakeRecorder(100),
+		waiting: map[types.UID]*fakeWaitingPod{}}
 	for _, p := range pods {
 		require.NoError(t, f.handle.informers.Core().V1().Pods().Informer().GetStore().Add(p))
 	}
+	f.podGroups = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	groups := &workload.Resolver{
+		Pods:      f.handle.informers.Core().V1().Pods().Lister(),
+		Jobs:      f.handle.informers.Batch().V1().Jobs().Lister(),
+		PodGroups: splisters.NewPodGroupLister(f.podGroups),
+	}
 	f.watcher = slurm.NewWatcher(f.slurm, time.Hour, time.Hour)
-	f.plugin = NewWithClient(f.handle, f.slurm, f.watcher)
+	f.plugin = NewWithClient(f.handle, f.slurm, f.watcher, groups)
 	return f
 }
 

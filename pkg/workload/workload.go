@@ -1,0 +1,282 @@
+// Package workload finds the pod group a pod belongs to — a scheduler-plugins PodGroup, a
+// Kubernetes PodGroup (scheduling.k8s.io, GenericWorkload), a LeaderWorkerSet group, or a
+// batch Job that opted in — and the group's members in rank order. Such a group becomes
+// one multi-node Slurm job. It reads the API server through listers only.
+package workload
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+
+	batchv1 "k8s.io/api/batch/v1"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	batchlisters "k8s.io/client-go/listers/batch/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	schedulinglisters "k8s.io/client-go/listers/scheduling/v1alpha2"
+	spv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+	splisters "sigs.k8s.io/scheduler-plugins/pkg/generated/listers/scheduling/v1alpha1"
+
+	"github.com/kubeslurm/kubeslurm/pkg/slurmjob"
+)
+
+// The kinds of group, as they appear in group keys and messages.
+const (
+	KindPodGroup           = "PodGroup"                   // scheduling.x-k8s.io (scheduler-plugins)
+	KindSchedulingPodGroup = "PodGroup.scheduling.k8s.io" // Kubernetes' own (GenericWorkload)
+	KindJob                = "Job"
+	KindLeaderWorkerSet    = "LeaderWorkerSet"
+)
+
+// Labels and annotations other projects put on their pods, read here.
+const (
+	PodGroupLabel       = spv1alpha1.PodGroupLabel
+	LWSNameLabel        = "leaderworkerset.sigs.k8s.io/name"
+	LWSGroupIndexLabel  = "leaderworkerset.sigs.k8s.io/group-index"
+	LWSWorkerIndexLabel = "leaderworkerset.sigs.k8s.io/worker-index"
+	LWSSizeAnnotation   = "leaderworkerset.sigs.k8s.io/size"
+)
+
+// Group is a set of pods that start together, as one Slurm job, or not at all.
+type Group struct {
+	Kind      string
+	Namespace string
+	Name      string
+	// Replica tells apart the groups of one workload (a LeaderWorkerSet's group index).
+	Replica string
+	// Size is how many pods make up the job: PodGroup minMember, Job parallelism, ...
+	Size int32
+	// Annotations are the root workload's; each pod's own override them.
+	Annotations map[string]string
+	// Object is the workload object, for events; nil when there is none to point at.
+	Object runtime.Object
+
+	selector labels.Selector
+	// member further filters the pods the selector matched (nil: all of them).
+	member func(*v1.Pod) bool
+	// index is a pod's rank in the workload when the workload numbers its pods.
+	index func(*v1.Pod) (int, bool)
+}
+
+// Key identifies the group on its Slurm job: kind/namespace/name[/replica].
+func (g *Group) Key() string {
+	k := g.Kind + "/" + g.Namespace + "/" + g.Name
+	if g.Replica != "" {
+		k += "/" + g.Replica
+	}
+	return k
+}
+
+// JobName is the Slurm job name of the group's job unless annotations set one.
+func (g *Group) JobName() string {
+	n := g.Namespace + "/" + g.Name
+	if g.Replica != "" {
+		n += "-" + g.Replica
+	}
+	return n
+}
+
+func (g *Group) String() string { return g.Kind + " " + g.JobName() }
+
+// Resolver finds groups through listers. A nil lister means that API is not served
+// (its CRD is not installed, or the feature gate is off): pods naming it get an error.
+type Resolver struct {
+	Pods                corelisters.PodLister
+	Jobs                batchlisters.JobLister
+	PodGroups           splisters.PodGroupLister
+	SchedulingPodGroups schedulinglisters.PodGroupLister
+}
+
+// GroupOf returns the pod's group, or nil for a pod placed on its own. An error means the
+// pod names a group that cannot be formed now (its object is missing, its size is
+// invalid): the pod waits, and the error says why.
+func (r *Resolver) GroupOf(pod *v1.Pod) (*Group, error) {
+	if sg := pod.Spec.SchedulingGroup; sg != nil && sg.PodGroupName != nil {
+		return r.schedulingPodGroup(pod, *sg.PodGroupName)
+	}
+	if name, ok := pod.Labels[PodGroupLabel]; ok {
+		return r.podGroup(pod, name)
+	}
+	if name, ok := pod.Labels[LWSNameLabel]; ok {
+		return lwsGroup(pod, name)
+	}
+	if uid, ok := pod.Labels[batchv1.ControllerUidLabel]; ok {
+		return r.jobGroup(pod, uid)
+	}
+	return nil, nil
+}
+
+func (r *Resolver) podGroup(pod *v1.Pod, name string) (*Group, error) {
+	if r.PodGroups == nil {
+		return nil, fmt.Errorf("pod is labelled %s=%s but the PodGroup API (scheduling.x-k8s.io) is not installed", PodGroupLabel, name)
+	}
+	pg, err := r.PodGroups.PodGroups(pod.Namespace).Get(name)
+	if err != nil {
+		return nil, notFound(err, KindPodGroup, pod.Namespace, name)
+	}
+	if pg.Spec.MinMember < 1 {
+		return nil, fmt.Errorf("PodGroup %s/%s has minMember %d; want at least 1", pod.Namespace, name, pg.Spec.MinMember)
+	}
+	// Listers drop the type; event recorders need it to name a custom resource.
+	obj := pg.DeepCopy()
+	obj.APIVersion, obj.Kind = spv1alpha1.SchemeGroupVersion.String(), KindPodGroup
+	return &Group{
+		Kind: KindPodGroup, Namespace: pod.Namespace, Name: name, Size: pg.Spec.MinMember,
+		Annotations: pg.Annotations, Object: obj,
+		selector: labels.SelectorFromSet(labels.Set{PodGroupLabel: name}),
+	}, nil
+}
+
+func (r *Resolver) schedulingPodGroup(pod *v1.Pod, name string) (*Group, error) {
+	if r.SchedulingPodGroups == nil {
+		return nil, fmt.Errorf("pod names PodGroup %s but the scheduling.k8s.io/v1alpha2 API is not served", name)
+	}
+	pg, err := r.SchedulingPodGroups.PodGroups(pod.Namespace).Get(name)
+	if err != nil {
+		return nil, notFound(err, KindSchedulingPodGroup, pod.Namespace, name)
+	}
+	gang := pg.Spec.SchedulingPolicy.Gang
+	if gang == nil {
+		return nil, nil // the basic policy places each pod on its own
+	}
+	if gang.MinCount < 1 {
+		return nil, fmt.Errorf("PodGroup %s/%s has gang minCount %d; want at least 1", pod.Namespace, name, gang.MinCount)
+	}
+	return &Group{
+		Kind: KindSchedulingPodGroup, Namespace: pod.Namespace, Name: name, Size: gang.MinCount,
+		Annotations: pg.Annotations, Object: pg,
+		selector: labels.Everything(),
+		member: func(p *v1.Pod) bool {
+			sg := p.Spec.SchedulingGroup
+			return sg != nil && sg.PodGroupName != nil && *sg.PodGroupName == name
+		},
+	}, nil
+}
+
+// lwsGroup is one group of a LeaderWorkerSet: its leader (worker index 0) and workers,
+// told by the labels and size annotation the LWS controller puts on every pod.
+func lwsGroup(pod *v1.Pod, name string) (*Group, error) {
+	replica, ok := pod.Labels[LWSGroupIndexLabel]
+	if !ok {
+		return nil, fmt.Errorf("LeaderWorkerSet pod has no %s label", LWSGroupIndexLabel)
+	}
+	size, err := strconv.ParseInt(pod.Annotations[LWSSizeAnnotation], 10, 32)
+	if err != nil || size < 1 {
+		return nil, fmt.Errorf("LeaderWorkerSet pod annotation %s=%q is not a group size", LWSSizeAnnotation, pod.Annotations[LWSSizeAnnotation])
+	}
+	return &Group{
+		Kind: KindLeaderWorkerSet, Namespace: pod.Namespace, Name: name, Replica: replica, Size: int32(size),
+		selector: labels.SelectorFromSet(labels.Set{LWSNameLabel: name, LWSGroupIndexLabel: replica}),
+		index:    func(p *v1.Pod) (int, bool) { return atoi(p.Labels[LWSWorkerIndexLabel]) },
+	}, nil
+}
+
+// jobGroup is a batch Job that opted in with the gang annotation; other Jobs' pods are
+// placed one by one.
+func (r *Resolver) jobGroup(pod *v1.Pod, uid string) (*Group, error) {
+	ref := controllerOf(pod, "Job")
+	if ref == nil || ref.UID != uid || r.Jobs == nil {
+		return nil, nil
+	}
+	job, err := r.Jobs.Jobs(pod.Namespace).Get(ref.Name)
+	if err != nil {
+		return nil, notFound(err, KindJob, pod.Namespace, ref.Name)
+	}
+	opts, err := slurmjob.ParseAnnotations(slurmjob.Merge(nil, job.Annotations))
+	if err != nil || !opts.Gang {
+		return nil, err
+	}
+	p, c := job.Spec.Parallelism, job.Spec.Completions
+	if p == nil || c == nil || *p != *c || *p < 1 {
+		return nil, fmt.Errorf("Job %s/%s asks for one Slurm job (%s) but its parallelism (%s) and completions (%s) differ: all its pods must run at once",
+			job.Namespace, job.Name, slurmjob.Annotation(slurmjob.AnnotationGang), show(p), show(c))
+	}
+	g := &Group{
+		Kind: KindJob, Namespace: job.Namespace, Name: job.Name, Size: *p,
+		Annotations: job.Annotations, Object: job,
+		selector: labels.SelectorFromSet(labels.Set{batchv1.ControllerUidLabel: uid}),
+	}
+	if job.Spec.CompletionMode != nil && *job.Spec.CompletionMode == batchv1.IndexedCompletion {
+		g.index = func(p *v1.Pod) (int, bool) { return atoi(p.Annotations[batchv1.JobCompletionIndexAnnotation]) }
+	}
+	return g, nil
+}
+
+// Members returns the group's live pods (not ended, not being deleted) in rank order: by
+// the workload's own index where it numbers its pods (an indexed Job's completion index,
+// an LWS worker index), else by creation time, then name.
+func (r *Resolver) Members(g *Group) ([]*v1.Pod, error) {
+	pods, err := r.Pods.Pods(g.Namespace).List(g.selector)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*v1.Pod, 0, len(pods))
+	for _, p := range pods {
+		if Live(p) && (g.member == nil || g.member(p)) {
+			out = append(out, p)
+		}
+	}
+	SortByRank(out, g.index)
+	return out, nil
+}
+
+// SortByRank orders pods by index (when index knows it), then creation time, then name.
+func SortByRank(pods []*v1.Pod, index func(*v1.Pod) (int, bool)) {
+	rank := func(p *v1.Pod) int {
+		if index != nil {
+			if i, ok := index(p); ok {
+				return i
+			}
+		}
+		return int(^uint(0) >> 1)
+	}
+	sort.SliceStable(pods, func(i, j int) bool {
+		a, b := pods[i], pods[j]
+		if ra, rb := rank(a), rank(b); ra != rb {
+			return ra < rb
+		}
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		}
+		return a.Name < b.Name
+	})
+}
+
+// Live reports whether a pod still counts as a member: not ended, not being deleted.
+func Live(p *v1.Pod) bool {
+	return p.DeletionTimestamp == nil && p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed
+}
+
+func controllerOf(pod *v1.Pod, kind string) *metaOwner {
+	for i := range pod.OwnerReferences {
+		o := pod.OwnerReferences[i]
+		if o.Controller != nil && *o.Controller && o.Kind == kind {
+			return &metaOwner{Name: o.Name, UID: string(o.UID)}
+		}
+	}
+	return nil
+}
+
+type metaOwner struct{ Name, UID string }
+
+func notFound(err error, kind, ns, name string) error {
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("%s %s/%s not found", kind, ns, name)
+	}
+	return fmt.Errorf("reading %s %s/%s: %w", kind, ns, name, err)
+}
+
+func atoi(s string) (int, bool) {
+	i, err := strconv.Atoi(s)
+	return i, err == nil && i >= 0
+}
+
+func show(p *int32) string {
+	if p == nil {
+		return "unset"
+	}
+	return strconv.Itoa(int(*p))
+}
