@@ -206,6 +206,13 @@ func onlyOnNode(node string) podOpt {
 
 func createPod(t *testing.T, ns, name string, opts ...podOpt) *v1.Pod {
 	t.Helper()
+	created, err := kube.CoreV1().Pods(ns).Create(context.Background(), newPod(ns, name, opts...), metav1.CreateOptions{})
+	require.NoError(t, err)
+	return created
+}
+
+// newPod is the test pod: one container requesting 1 CPU and 256Mi, for our scheduler.
+func newPod(ns, name string, opts ...podOpt) *v1.Pod {
 	p := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{}},
 		Spec: v1.PodSpec{
@@ -222,9 +229,7 @@ func createPod(t *testing.T, ns, name string, opts ...podOpt) *v1.Pod {
 	for _, o := range opts {
 		o(p)
 	}
-	created, err := kube.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{})
-	require.NoError(t, err)
-	return created
+	return p
 }
 
 func getPod(t *testing.T, ns, name string) *v1.Pod {

@@ -178,6 +178,9 @@ func requireDistinctNodes(t *testing.T, pods []*v1.Pod) {
 // does not have, with Slurm's own words.
 func TestBadInputGetsAnEventAndNoJob(t *testing.T) {
 	ns := namespace(t)
+	// The admission webhook would refuse these pods (e2e/webhook_test.go); this tests the
+	// scheduler's own check, which stands behind it.
+	labelNamespace(t, ns, wellknown.AdmissionIgnoreLabel, wellknown.AdmissionIgnoreValue)
 	cases := map[string]struct {
 		key, value, want string
 	}{

@@ -24,6 +24,7 @@ import (
 	nodecontroller "github.com/kubeslurm/kubeslurm/pkg/controller/node"
 	podcontroller "github.com/kubeslurm/kubeslurm/pkg/controller/pod"
 	"github.com/kubeslurm/kubeslurm/pkg/slurm"
+	"github.com/kubeslurm/kubeslurm/pkg/webhook"
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
 
@@ -47,6 +48,13 @@ type options struct {
 	syncNodes         bool
 	drainOnConditions []string
 	drainTaintEffect  string
+	// Admission webhook (pkg/webhook).
+	webhook           bool
+	webhookHost       string
+	webhookPort       int
+	webhookCertDir    string
+	webhookCertSecret string
+	webhookCertHosts  []string
 }
 
 func main() {
@@ -88,6 +96,15 @@ func newCommand() *cobra.Command {
 		"node condition types that mean unhealthy when True (e.g. KernelDeadlock,GPUUnhealthy): the Slurm node is drained while one holds")
 	f.StringVar(&o.drainTaintEffect, "slurm-drain-taint-effect", string(v1.TaintEffectNoSchedule),
 		"effect of the "+wellknown.SlurmDrainTaint+" taint on nodes Slurm drained or marked down: NoSchedule, PreferNoSchedule, NoExecute (evicts every pod without a toleration, DaemonSets' too) or none")
+	f.BoolVar(&o.webhook, "enable-webhook", true, "serve the admission webhook (validation of slurmjob annotations, schedulerName in opted-in namespaces)")
+	f.StringVar(&o.webhookHost, "webhook-host", "", "address the webhook listens on (empty: every interface)")
+	f.IntVar(&o.webhookPort, "webhook-port", 9443, "port the webhook listens on")
+	f.StringVar(&o.webhookCertDir, "webhook-cert-dir", "",
+		"directory with the webhook's tls.crt and tls.key, kept by someone else; empty: the controller keeps its own in --webhook-cert-secret")
+	f.StringVar(&o.webhookCertSecret, "webhook-cert-secret", "kubeslurm-system/"+wellknown.WebhookCertSecret,
+		"namespace/name of the Secret holding the webhook's CA and certificate (it must exist)")
+	f.StringSliceVar(&o.webhookCertHosts, "webhook-cert-hosts", []string{"kubeslurm-webhook.kubeslurm-system.svc"},
+		"DNS names or IP addresses the API server calls the webhook at")
 	for _, name := range []string{"slurmrestd-url", "slurm-jwt-key-file"} {
 		_ = cmd.MarkFlagRequired(name)
 	}
@@ -162,6 +179,14 @@ func run(ctx context.Context, o options) error {
 			TaintEffect:       taintEffect,
 		}).SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up node controller: %w", err)
+		}
+	}
+	if o.webhook {
+		if err := webhook.Setup(mgr, webhook.Config{
+			SchedulerName: o.schedulerName, Host: o.webhookHost, Port: o.webhookPort, CertDir: o.webhookCertDir,
+			CertSecret: o.webhookCertSecret, CertHosts: o.webhookCertHosts,
+		}); err != nil {
+			return fmt.Errorf("setting up the webhook: %w", err)
 		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

@@ -304,6 +304,7 @@ comp_cmd() {
       CMD=("$BIN/kubeslurm-controller" --kubeconfig "$RUN/controller.kubeconfig"
         --slurmrestd-url "$SLURMRESTD_URL" --slurm-user "$SLURM_USER" --slurm-jwt-key-file "$JWT_KEY_FILE"
         --metrics-bind-address 127.0.0.1:8081 --health-probe-bind-address 127.0.0.1:8082
+        --webhook-host 127.0.0.1 --webhook-port 9443 --webhook-cert-hosts 127.0.0.1
         --not-ready-grace-period 20s) ;;
   esac
 }
@@ -382,7 +383,7 @@ comp_ports() {
     slurmrestd) echo 6820 ;;
     slurmd-node-*) echo $((6830 + ${1#slurmd-node-})) ;;
     scheduler) echo 10259 ;;
-    controller) echo 8081 8082 ;;
+    controller) echo 8081 8082 9443 ;;
   esac
 }
 

@@ -55,6 +55,8 @@ comp_start kwok
 
 step "namespace $SLURM_NS, service accounts, RBAC (manifests/local/rbac.yaml)"
 kc apply -f "$REPO/manifests/local/rbac.yaml" | sed 's/^/    /'
+step "admission webhook configurations and certificate Secret (manifests/local/webhook.yaml)"
+kc apply -f "$REPO/manifests/local/webhook.yaml" | sed 's/^/    /'
 
 step "$NODES fake nodes node-1..node-$NODES"
 for ((i = 1; i <= NODES; i++)); do
@@ -141,6 +143,10 @@ check_can "$c" yes create leases.coordination.k8s.io -n "$SLURM_NS"
 check_can "$c" no create pods --subresource=binding
 check_can "$c" no delete nodes
 check_can "$c" no get secrets
+check_can "$c" no list secrets -n "$SLURM_NS"
+check_can "$c" yes update secrets/kubeslurm-webhook-cert -n "$SLURM_NS"
+check_can "$c" yes update validatingwebhookconfigurations/kubeslurm
+check_can "$c" no update validatingwebhookconfigurations/other
 check_can "$c" no '*' '*'
 info "service-account kubeconfigs work and are not admin"
 

@@ -1,0 +1,163 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"strings"
+
+	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/kubeslurm/kubeslurm/pkg/slurmjob"
+	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
+)
+
+var (
+	podKind = schema.GroupKind{Kind: "Pod"}
+	jobKind = schema.GroupKind{Group: batchv1.GroupName, Kind: "Job"}
+)
+
+// Validator rejects slurmjob annotations that the scheduler would refuse, at admission,
+// with slurmjob.ParseAnnotations' message (which names the key): on pods that name our
+// scheduler, and on batch Jobs whose pod template names it or that carry such annotations
+// (the Job's own and its template's). An update is checked only when it changes those
+// annotations, so a pod admitted before the webhook existed can still be written to.
+// The webhook configuration narrows what is sent here with the same rules (matchConditions);
+// these checks are the authority.
+type Validator struct {
+	SchedulerName string
+}
+
+// Handle implements admission.Handler.
+func (v Validator) Handle(_ context.Context, req admission.Request) admission.Response {
+	switch (schema.GroupKind{Group: req.Kind.Group, Kind: req.Kind.Kind}) {
+	case podKind:
+		return v.pod(req)
+	case jobKind:
+		return v.job(req)
+	}
+	return admission.Allowed("not a pod or a job")
+}
+
+func (v Validator) pod(req admission.Request) admission.Response {
+	var pod, old corev1.Pod
+	if err := decode(req, &pod, &old); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if pod.Spec.SchedulerName != v.SchedulerName {
+		return admission.Allowed("not scheduled by " + v.SchedulerName)
+	}
+	if req.Operation == admissionv1.Update && sameSlurmJob(old.Annotations, pod.Annotations) {
+		return admission.Allowed("slurmjob annotations unchanged")
+	}
+	return check("", pod.Annotations)
+}
+
+func (v Validator) job(req admission.Request) admission.Response {
+	var job, old batchv1.Job
+	if err := decode(req, &job, &old); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	tmpl := job.Spec.Template
+	if tmpl.Spec.SchedulerName != v.SchedulerName && !hasSlurmJob(job.Annotations) && !hasSlurmJob(tmpl.Annotations) {
+		return admission.Allowed("neither scheduled by " + v.SchedulerName + " nor annotated for Slurm")
+	}
+	if req.Operation == admissionv1.Update && sameSlurmJob(old.Annotations, job.Annotations) &&
+		sameSlurmJob(old.Spec.Template.Annotations, tmpl.Annotations) {
+		return admission.Allowed("slurmjob annotations unchanged")
+	}
+	if r := check("", job.Annotations); !r.Allowed {
+		return r
+	}
+	return check("spec.template: ", tmpl.Annotations)
+}
+
+// check denies with ParseAnnotations' error ("annotation <key>: <why>"), after where.
+func check(where string, annotations map[string]string) admission.Response {
+	if _, err := slurmjob.ParseAnnotations(annotations); err != nil {
+		return admission.Denied(where + err.Error())
+	}
+	return admission.Allowed("")
+}
+
+// decode reads the request's object, and on an update the old one too.
+func decode(req admission.Request, obj, old any) error {
+	if err := json.Unmarshal(req.Object.Raw, obj); err != nil {
+		return fmt.Errorf("decoding %s: %w", req.Kind.Kind, err)
+	}
+	if req.Operation == admissionv1.Update {
+		if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
+			return fmt.Errorf("decoding the old %s: %w", req.Kind.Kind, err)
+		}
+	}
+	return nil
+}
+
+func slurmJobAnnotations(annotations map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range annotations {
+		if strings.HasPrefix(k, wellknown.SlurmJobAnnotationPrefix) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func hasSlurmJob(annotations map[string]string) bool {
+	return len(slurmJobAnnotations(annotations)) > 0
+}
+
+func sameSlurmJob(a, b map[string]string) bool {
+	return maps.Equal(slurmJobAnnotations(a), slurmJobAnnotations(b))
+}
+
+// SchedulerDefaulter hands new pods to kubeslurm: a pod created asking for the default
+// scheduler (no schedulerName, or default-scheduler) gets SchedulerName. The webhook
+// configuration sends it only the pods of namespaces labelled
+// wellknown.ManagedNamespaceLabel=wellknown.ManagedNamespaceValue. Pods of DaemonSets
+// (one per node, node infrastructure), pods created already bound to a node, pods naming
+// another scheduler, and anything in kube-system are left as they are.
+type SchedulerDefaulter struct {
+	SchedulerName string
+}
+
+// Handle implements admission.Handler.
+func (d SchedulerDefaulter) Handle(_ context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Create || (schema.GroupKind{Group: req.Kind.Group, Kind: req.Kind.Kind}) != podKind {
+		return admission.Allowed("only pods being created are handed to " + d.SchedulerName)
+	}
+	if req.Namespace == metav1.NamespaceSystem {
+		return admission.Allowed("kube-system is never managed")
+	}
+	var pod corev1.Pod
+	if err := decode(req, &pod, nil); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	switch {
+	case pod.Spec.SchedulerName != "" && pod.Spec.SchedulerName != corev1.DefaultSchedulerName:
+		return admission.Allowed("the pod names its scheduler")
+	case pod.Spec.NodeName != "":
+		return admission.Allowed("the pod is bound already")
+	case ownedBy(pod.OwnerReferences, "DaemonSet"):
+		return admission.Allowed("DaemonSet pods stay with the default scheduler")
+	}
+	return admission.Patched("namespace "+req.Namespace+" is scheduled by "+d.SchedulerName,
+		jsonpatch.NewOperation("add", "/spec/schedulerName", d.SchedulerName))
+}
+
+func ownedBy(refs []metav1.OwnerReference, kind string) bool {
+	for _, r := range refs {
+		if r.Kind == kind && r.Controller != nil && *r.Controller {
+			return true
+		}
+	}
+	return false
+}
