@@ -53,6 +53,11 @@ comp_start controller-manager
 step "kwok (fake nodes and pods)"
 comp_start kwok
 
+step "CRDs of the workloads kubeslurm groups (manifests/crds)"
+kc apply -f "$REPO/manifests/crds/" | sed 's/^/    /'
+# The scheduler discovers the APIs it can read when it starts: have them served by then.
+kc wait --for=condition=Established crd --all --timeout=60s >/dev/null
+
 step "namespace $SLURM_NS, service accounts, RBAC (manifests/local/rbac.yaml)"
 kc apply -f "$REPO/manifests/local/rbac.yaml" | sed 's/^/    /'
 step "admission webhook configurations and certificate Secret (manifests/local/webhook.yaml)"

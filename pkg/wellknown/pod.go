@@ -6,6 +6,10 @@ const (
 	JobStartTimeAnnotation = Domain + "/job-start-time"
 	JobEndTimeAnnotation   = Domain + "/job-end-time"
 
+	// JobRankAnnotation is a group member's rank in its job: member i runs on node i of
+	// the allocation (kubeslurm.io/job-nodes).
+	JobRankAnnotation = Domain + "/job-rank"
+
 	// AllowEvictionAnnotation set to "true" on a pod opts it out of the eviction guard: a
 	// drain may then evict it while its Slurm job runs.
 	AllowEvictionAnnotation = Domain + "/allow-eviction"

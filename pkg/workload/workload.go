@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
@@ -77,6 +78,22 @@ func (g *Group) JobName() string {
 		n += "-" + g.Replica
 	}
 	return n
+}
+
+// Key is a parsed group key (see Group.Key).
+type Key struct{ Kind, Namespace, Name, Replica string }
+
+// ParseKey splits a group key; an unknown form yields an empty Kind.
+func ParseKey(key string) Key {
+	parts := strings.SplitN(key, "/", 4)
+	if len(parts) < 3 {
+		return Key{}
+	}
+	k := Key{Kind: parts[0], Namespace: parts[1], Name: parts[2]}
+	if len(parts) == 4 {
+		k.Replica = parts[3]
+	}
+	return k
 }
 
 func (g *Group) String() string { return g.Kind + " " + g.JobName() }

@@ -52,13 +52,20 @@ func TestKeepGroupJob(t *testing.T) {
 	}
 }
 
-func TestGroupMemberFailingEndsTheGroup(t *testing.T) {
-	a := newPod("a", "n1", v1.PodFailed, "1")
-	b := newPod("b", "n2", v1.PodRunning, "1")
-	f := newFixture(t, a, b)
-	id := f.submitGroup(a, b)
+// runningPair is a group of two bound pods, a (in phase aPhase) and b (Running), whose
+// job runs on n1 and n2.
+func runningPair(t *testing.T, aPhase v1.PodPhase) (f *fixture, b *v1.Pod, id int32) {
+	a := newPod("a", "n1", aPhase, "1")
+	b = newPod("b", "n2", v1.PodRunning, "1")
+	f = newFixture(t, a, b)
+	id = f.submitGroup(a, b)
 	require.NoError(t, f.slurm.Allocate(id, "n1", "n2"))
 	f.poll()
+	return f, b, id
+}
+
+func TestGroupMemberFailingEndsTheGroup(t *testing.T) {
+	f, _, id := runningPair(t, v1.PodFailed)
 
 	_, err := f.reconcile("a")
 	require.NoError(t, err)
@@ -76,12 +83,7 @@ func TestGroupMemberFailingEndsTheGroup(t *testing.T) {
 }
 
 func TestGroupMemberSucceedingLeavesTheJobToTheOthers(t *testing.T) {
-	a := newPod("a", "n1", v1.PodSucceeded, "1")
-	b := newPod("b", "n2", v1.PodRunning, "1")
-	f := newFixture(t, a, b)
-	id := f.submitGroup(a, b)
-	require.NoError(t, f.slurm.Allocate(id, "n1", "n2"))
-	f.poll()
+	f, b, id := runningPair(t, v1.PodSucceeded)
 
 	_, err := f.reconcile("a")
 	require.NoError(t, err)

@@ -285,7 +285,7 @@ func (r *Reconciler) removePod(ctx context.Context, pod *v1.Pod, job *slurm.Job,
 // syncJobState writes the job's state onto the pod (annotations, the SlurmJob condition),
 // with an event on each transition.
 func (r *Reconciler) syncJobState(ctx context.Context, pod *v1.Pod, job *slurm.Job) error {
-	want := jobAnnotations(job)
+	want := jobAnnotations(job, pod.UID)
 	before := map[string]string{}
 	changed := pod.Labels[wellknown.JobIDLabel] != want[wellknown.JobIDLabel]
 	for k, v := range want {
@@ -448,6 +448,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return nil
 	}); err != nil {
+		return err
+	}
+	if err := (&WorkloadStatus{Client: r.Client, Watcher: r.Watcher, Recorder: r.Recorder}).setup(mgr); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).

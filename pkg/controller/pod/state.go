@@ -7,14 +7,16 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubeslurm/kubeslurm/pkg/slurm"
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
 
-// jobAnnotations is what the pod's annotations say of its job.
-func jobAnnotations(job *slurm.Job) map[string]string {
-	return map[string]string{
+// jobAnnotations is what the annotations of a pod (uid) or of a group's workload (uid
+// empty) say of its job; a member of a group also gets its rank in the allocation.
+func jobAnnotations(job *slurm.Job, uid types.UID) map[string]string {
+	a := map[string]string{
 		wellknown.JobIDLabel:             strconv.Itoa(int(job.ID)),
 		wellknown.JobStateAnnotation:     job.State,
 		wellknown.JobReasonAnnotation:    job.Reason,
@@ -22,6 +24,14 @@ func jobAnnotations(job *slurm.Job) map[string]string {
 		wellknown.JobStartTimeAnnotation: formatTime(job.StartTime),
 		wellknown.JobEndTimeAnnotation:   formatTime(job.EndTime),
 	}
+	if len(job.Pods) > 1 && uid != "" {
+		for i, ref := range job.Pods {
+			if ref.UID == uid {
+				a[wellknown.JobRankAnnotation] = strconv.Itoa(i)
+			}
+		}
+	}
+	return a
 }
 
 func formatTime(t time.Time) string {
@@ -61,11 +71,16 @@ func transitionEvent(before map[string]string, job *slurm.Job) (reason, note str
 	switch {
 	case job.State == slurm.StateRunning && prevState != slurm.StateRunning:
 		return wellknown.EventSlurmJobAllocated, fmt.Sprintf("Slurm job %d allocated node(s) %s", job.ID, strings.Join(job.Nodes, ","))
-	case job.State == slurm.StatePending && (prevState != slurm.StatePending || prevReason != job.Reason):
+	case job.State == slurm.StatePending && prevState != slurm.StatePending && !hasReason(job):
+		return wellknown.EventSlurmJobPending, fmt.Sprintf("Slurm job %d is pending", job.ID)
+	case job.State == slurm.StatePending && (prevState != slurm.StatePending || prevReason != job.Reason) && hasReason(job):
 		return wellknown.EventSlurmJobPending, fmt.Sprintf("Slurm job %d is pending: %s", job.ID, job.Reason)
 	}
 	return "", ""
 }
+
+// hasReason reports whether Slurm gave a reason ("None" is Slurm's word for none yet).
+func hasReason(job *slurm.Job) bool { return job.Reason != "" && job.Reason != "None" }
 
 // endEvent names why an ended job ends its pod: the event reason by cause, and a note.
 func endEvent(job *slurm.Job) (reason, note string) {

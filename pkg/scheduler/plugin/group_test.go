@@ -96,14 +96,20 @@ func TestGroupIsOneJobSubmittedOnceWhole(t *testing.T) {
 	assert.Empty(t, f.slurm.Requests())
 }
 
-func TestGroupMembersGetTheirRankNode(t *testing.T) {
-	a, b, c := groupPod("a", 1, nil), groupPod("b", 2, nil), groupPod("c", 3, nil)
-	f := newFixture(t)
+// submittedTrio is a PodGroup of three members a, b, c whose job (1) a submitted.
+func submittedTrio(t *testing.T) (f *fixture, a, b, c *v1.Pod) {
+	a, b, c = groupPod("a", 1, nil), groupPod("b", 2, nil), groupPod("c", 3, nil)
+	f = newFixture(t)
 	f.addPodGroup(3, nil)
 	f.addPods(a, b, c)
 	f.poll()
 	_, _ = f.cycle(a, nil)
 	f.poll()
+	return f, a, b, c
+}
+
+func TestGroupMembersGetTheirRankNode(t *testing.T) {
+	f, a, b, c := submittedTrio(t)
 	f.handle.activated = nil
 	require.NoError(t, f.slurm.Allocate(1, "n3", "n1", "n2"))
 	f.poll()
@@ -117,12 +123,7 @@ func TestGroupMembersGetTheirRankNode(t *testing.T) {
 }
 
 func TestPermitIsAllOrNothing(t *testing.T) {
-	a, b, c := groupPod("a", 1, nil), groupPod("b", 2, nil), groupPod("c", 3, nil)
-	f := newFixture(t)
-	f.addPodGroup(3, nil)
-	f.addPods(a, b, c)
-	f.poll()
-	_, _ = f.cycle(a, nil)
+	f, a, b, c := submittedTrio(t)
 	require.NoError(t, f.slurm.Allocate(1, "n1", "n2", "n3"))
 	f.poll()
 

@@ -72,8 +72,8 @@ type fakeWaitingPod struct {
 	rejected string
 }
 
-func (w *fakeWaitingPod) GetPod() *v1.Pod      { return w.pod }
-func (w *fakeWaitingPod) Allow(string)         { w.verdict = "allowed" }
+func (w *fakeWaitingPod) GetPod() *v1.Pod { return w.pod }
+func (w *fakeWaitingPod) Allow(string)    { w.verdict = "allowed" }
 func (w *fakeWaitingPod) Reject(_, msg string) bool {
 	w.verdict, w.rejected = "rejected", msg
 	return true

@@ -1,0 +1,387 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	spv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+	spclientset "sigs.k8s.io/scheduler-plugins/pkg/generated/clientset/versioned"
+
+	"github.com/kubeslurm/kubeslurm/pkg/slurm"
+	"github.com/kubeslurm/kubeslurm/pkg/slurmjob"
+	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
+	"github.com/kubeslurm/kubeslurm/pkg/workload"
+)
+
+// podGroups is a client of the scheduler-plugins PodGroup API on the local cluster.
+func podGroups(t *testing.T) spclientset.Interface {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(runDir, "admin.kubeconfig"))
+	require.NoError(t, err)
+	return spclientset.NewForConfigOrDie(cfg)
+}
+
+// createPodGroup creates the PodGroup and its members name-0 … name-(size-1), in that
+// order (their rank order), each with the given options.
+func createPodGroup(t *testing.T, ns, name string, size int32, annotations map[string]string, opts ...podOpt) []*v1.Pod {
+	t.Helper()
+	pg := &spv1alpha1.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: annotations},
+		Spec:       spv1alpha1.PodGroupSpec{MinMember: size},
+	}
+	_, err := podGroups(t).SchedulingV1alpha1().PodGroups(ns).Create(context.Background(), pg, metav1.CreateOptions{})
+	require.NoError(t, err)
+	member := func(p *v1.Pod) { p.Labels = map[string]string{workload.PodGroupLabel: name} }
+	var pods []*v1.Pod
+	for i := int32(0); i < size; i++ {
+		pods = append(pods, createPod(t, ns, fmt.Sprintf("%s-%d", name, i), append([]podOpt{member}, opts...)...))
+	}
+	return pods
+}
+
+// waitAllBound waits until every pod is bound and returns them as they are then.
+func waitAllBound(t *testing.T, pods []*v1.Pod, timeout time.Duration) []*v1.Pod {
+	t.Helper()
+	out := make([]*v1.Pod, len(pods))
+	eventually(t, timeout, fmt.Sprintf("%d pods of %s bound", len(pods), pods[0].Namespace), func() bool {
+		for i, p := range pods {
+			out[i] = getPod(t, p.Namespace, p.Name)
+			if out[i].Spec.NodeName == "" {
+				return false
+			}
+		}
+		return true
+	})
+	return out
+}
+
+// boundCount is how many of the pods have a node now.
+func boundCount(t *testing.T, pods []*v1.Pod) int {
+	n := 0
+	for _, p := range pods {
+		if getPod(t, p.Namespace, p.Name).Spec.NodeName != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// requireOneJobInRankOrder checks that the pods share one running Slurm job whose
+// allocation, in Slurm's order, is exactly the pods' nodes in rank order.
+func requireOneJobInRankOrder(t *testing.T, pods []*v1.Pod) int32 {
+	t.Helper()
+	id := jobIDOf(t, pods[0])
+	for _, p := range pods {
+		require.Equal(t, id, jobIDOf(t, p), "every member of the group names the same Slurm job")
+	}
+	job, ok := jobByID(t, id)
+	require.True(t, ok)
+	require.Equal(t, "RUNNING", job.State)
+	nodes := slurm.ExpandHostlist(job.Nodes)
+	require.Len(t, nodes, len(pods), "one node per member: %s", job.Nodes)
+	for i, p := range pods {
+		assert.Equal(t, nodes[i], p.Spec.NodeName, "member %d (%s) runs on node %d of the allocation", i, p.Name, i)
+		assert.Equal(t, strconv.Itoa(i), p.Annotations[wellknown.JobRankAnnotation], "rank of %s", p.Name)
+	}
+	return id
+}
+
+func TestPodGroupIsOneSlurmJob(t *testing.T) {
+	ns := namespace(t)
+	pods := createPodGroup(t, ns, "train", 3, map[string]string{slurmjob.Annotation("time-limit"): "30"})
+	eventually(t, 60*time.Second, "the group's members annotated with their rank", func() bool {
+		for _, p := range pods {
+			if getPod(t, ns, p.Name).Annotations[wellknown.JobRankAnnotation] == "" {
+				return false
+			}
+		}
+		return true
+	})
+	bound := waitAllBound(t, pods, 60*time.Second)
+	id := requireOneJobInRankOrder(t, bound)
+
+	active := activeJobsNamed(t, ns+"/")
+	require.Len(t, active, 1, "squeue shows ONE job for the group")
+	out := slurmCmd(t, "scontrol", "show", "job", strconv.Itoa(int(id)))
+	assert.Contains(t, out, "NumNodes=3")
+	assert.Contains(t, out, "BatchFlag=0")
+	assert.Contains(t, out, "TimeLimit=00:30:00", "annotations come from the PodGroup")
+
+	// No member was bound before Slurm allocated all three nodes.
+	start := jobStartTime(t, id)
+	for _, p := range bound {
+		c := podConditionOf(p, v1.PodScheduled)
+		require.NotNil(t, c)
+		assert.False(t, c.LastTransitionTime.Time.Before(start), "%s bound at %s, before the job started at %s", p.Name, c.LastTransitionTime, start)
+	}
+
+	pg, err := podGroups(t).SchedulingV1alpha1().PodGroups(ns).Get(context.Background(), "train", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Contains(t, objectEvents(t, ns, "PodGroup", "train"), wellknown.EventSlurmJobSubmitted)
+	eventually(t, 30*time.Second, "PodGroup status shows the job scheduled", func() bool {
+		pg, err = podGroups(t).SchedulingV1alpha1().PodGroups(ns).Get(context.Background(), "train", metav1.GetOptions{})
+		require.NoError(t, err)
+		return pg.Status.Phase == spv1alpha1.PodGroupScheduling || pg.Status.Phase == spv1alpha1.PodGroupRunning
+	})
+	assert.Equal(t, strconv.Itoa(int(id)), pg.Annotations[wellknown.JobIDLabel], "kubectl describe podgroup names the Slurm job")
+}
+
+func TestPodGroupLosingAMemberEndsTheGroup(t *testing.T) {
+	ns := namespace(t)
+	pods := waitAllBound(t, createPodGroup(t, ns, "train", 3, nil), 60*time.Second)
+	id := requireOneJobInRankOrder(t, pods)
+
+	require.NoError(t, kube.CoreV1().Pods(ns).Delete(context.Background(), pods[1].Name, metav1.DeleteOptions{}))
+	for _, p := range pods {
+		waitGone(t, ns, p.Name, 60*time.Second)
+	}
+	eventually(t, 30*time.Second, "the group's Slurm job ended", func() bool {
+		j, ok := jobByID(t, id)
+		return !ok || (j.State != "RUNNING" && j.State != "PENDING")
+	})
+	events := podEventsByName(t, ns, pods[0].Name)
+	assert.Contains(t, events, wellknown.EventSlurmJobGroupMemberEnded)
+}
+
+func TestPodGroupLargerThanSlurmWaitsForANode(t *testing.T) {
+	ns := namespace(t)
+	size := int32(len(nodes) + 1)
+	pods := createPodGroup(t, ns, "big", size, nil)
+
+	// Slurm refuses a job needing more nodes than it has; the pods wait, none bound.
+	eventually(t, 30*time.Second, "Slurm's refusal shown on the pods", func() bool {
+		return strings.Contains(podEventsByName(t, ns, pods[0].Name), "Requested node configuration is not available") ||
+			strings.Contains(podEventsByName(t, ns, pods[len(pods)-1].Name), "Requested node configuration is not available")
+	})
+	consistently(t, 5*time.Second, "no member bound while the group cannot fit", func() bool {
+		return boundCount(t, pods) == 0
+	})
+	assert.Empty(t, activeJobsNamed(t, ns+"/"))
+
+	// One more node joins Kubernetes and Slurm: the group starts on all of them.
+	extra := fmt.Sprintf("node-%d", size)
+	addNode(t, extra)
+	bound := waitAllBound(t, pods, 90*time.Second)
+	requireOneJobInRankOrder(t, bound)
+}
+
+func TestIndexedJobGangKeepsIndexRankOrder(t *testing.T) {
+	ns := namespace(t)
+	tmpl := newPod(ns, "")
+	tmpl.Spec.RestartPolicy = v1.RestartPolicyNever
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "indexed",
+			Annotations: map[string]string{slurmjob.Annotation(slurmjob.AnnotationGang): "true"}},
+		Spec: batchv1.JobSpec{
+			Parallelism: ptrTo[int32](3), Completions: ptrTo[int32](3),
+			CompletionMode: ptrTo(batchv1.IndexedCompletion),
+			Template:       v1.PodTemplateSpec{Spec: tmpl.Spec},
+		},
+	}
+	_, err := kube.BatchV1().Jobs(ns).Create(context.Background(), job, metav1.CreateOptions{})
+	require.NoError(t, err)
+	deleteJobAtEnd(t, ns, job.Name)
+
+	var pods []*v1.Pod
+	eventually(t, 60*time.Second, "the Job's 3 pods bound", func() bool {
+		list, err := kube.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=indexed"})
+		require.NoError(t, err)
+		pods = make([]*v1.Pod, 3)
+		for i := range list.Items {
+			p := &list.Items[i]
+			idx, err := strconv.Atoi(p.Annotations[batchv1.JobCompletionIndexAnnotation])
+			if err != nil || idx > 2 || p.Spec.NodeName == "" {
+				return false
+			}
+			pods[idx] = p
+		}
+		return pods[0] != nil && pods[1] != nil && pods[2] != nil
+	})
+	requireOneJobInRankOrder(t, pods)
+	assert.Contains(t, objectEvents(t, ns, "Job", "indexed"), wellknown.EventSlurmJobSubmitted)
+}
+
+// addNode adds a kwok node to Kubernetes and its dynamic slurmd to Slurm; at the test's
+// end (after the namespace's pods are gone) it takes both away again.
+func addNode(t *testing.T, name string) {
+	t.Helper()
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"}}}
+	_, err := kube.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{})
+	require.NoError(t, err)
+	slurmd := "slurmd-" + name
+	component(t, "start", slurmd)
+	t.Cleanup(func() {
+		eventually(t, 60*time.Second, "no pod left on "+name, func() bool {
+			list, err := kube.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
+			return err == nil && len(list.Items) == 0
+		})
+		waitSlurmNodeIdle(t, name)
+		component(t, "stop", slurmd)
+		err := kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+		if !apierrors.IsNotFound(err) {
+			require.NoError(t, err)
+		}
+		eventually(t, 60*time.Second, "Slurm node "+name+" removed", func() bool {
+			return !strings.Contains(slurmCmd(t, "sinfo", "-h", "-N", "-o", "%N"), name)
+		})
+	})
+	eventually(t, 60*time.Second, name+" in Slurm and Ready in Kubernetes", func() bool {
+		n, err := kube.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+		return err == nil && readyOf(n) == v1.ConditionTrue && strings.Contains(slurmCmd(t, "sinfo", "-h", "-N", "-o", "%N %t"), name+" idle")
+	})
+}
+
+// deleteJobAtEnd deletes a batch Job and its pods before the namespace's own clean-up, so
+// the Job controller does not recreate pods while it runs.
+func deleteJobAtEnd(t *testing.T, ns, name string) {
+	t.Cleanup(func() {
+		err := kube.BatchV1().Jobs(ns).Delete(context.Background(), name, metav1.DeleteOptions{PropagationPolicy: ptrTo(metav1.DeletePropagationForeground)})
+		if !apierrors.IsNotFound(err) {
+			require.NoError(t, err)
+		}
+		eventually(t, 60*time.Second, "Job "+name+" gone", func() bool {
+			_, err := kube.BatchV1().Jobs(ns).Get(context.Background(), name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err)
+		})
+	})
+}
+
+// jobStartTime is the job's StartTime as scontrol shows it (local time of the machine).
+func jobStartTime(t *testing.T, id int32) time.Time {
+	t.Helper()
+	out := slurmCmd(t, "scontrol", "show", "job", strconv.Itoa(int(id)))
+	for _, f := range strings.Fields(out) {
+		if v, ok := strings.CutPrefix(f, "StartTime="); ok {
+			ts, err := time.ParseInLocation("2006-01-02T15:04:05", v, time.Local)
+			require.NoError(t, err, f)
+			return ts
+		}
+	}
+	t.Fatalf("no StartTime in: %s", out)
+	return time.Time{}
+}
+
+// objectEvents returns "Reason: message" lines of the events about one object.
+func objectEvents(t *testing.T, ns, kind, name string) string {
+	t.Helper()
+	list, err := kube.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+	require.NoError(t, err)
+	var lines []string
+	for _, e := range list.Items {
+		if e.Regarding.Kind == kind && e.Regarding.Name == name {
+			lines = append(lines, e.Reason+": "+e.Note)
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// podEventsByName returns the events of a pod that may be gone by now.
+func podEventsByName(t *testing.T, ns, name string) string {
+	return objectEvents(t, ns, "Pod", name)
+}
+
+// sbatchJob submits an sbatch job and cancels it at the test's end.
+func sbatchJob(t *testing.T, args ...string) int32 {
+	t.Helper()
+	out := slurmCmd(t, "sbatch", append([]string{"--parsable"}, args...)...)
+	id := mustAtoi(t, strings.TrimSpace(strings.Split(out, ";")[0]))
+	t.Cleanup(func() { _, _ = runCmd(filepath.Join(runDir, "bin", "scancel"), strconv.Itoa(int(id))) })
+	return id
+}
+
+func waitJobState(t *testing.T, id int32, state string) {
+	t.Helper()
+	eventually(t, 60*time.Second, fmt.Sprintf("Slurm job %d %s", id, state), func() bool {
+		j, ok := jobByID(t, id)
+		return ok && j.State == state
+	})
+}
+
+// 3. An sbatch -N2 job and a 2-pod group compete for the same 3 free nodes: whichever
+// Slurm ranks higher starts; the other, needing 2 of the 1 node left, waits.
+func TestSbatchAndPodGroupCompeteInSlurmPriorityOrder(t *testing.T) {
+	for _, groupFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("groupFirst=%v", groupFirst), func(t *testing.T) {
+			ns := namespace(t)
+			hold := sbatchJob(t, "-N1", "--exclusive", "-J", ns+"/hold", "--wrap", "sleep 600")
+			waitJobState(t, hold, "RUNNING")
+			gate := sbatchJob(t, "-N3", "--exclusive", "-J", ns+"/gate", "--wrap", "sleep 600")
+			waitJobState(t, gate, "RUNNING")
+
+			sbatchPrio, groupPrio := "1000", "100000"
+			if !groupFirst {
+				sbatchPrio, groupPrio = groupPrio, sbatchPrio
+			}
+			sb := sbatchJob(t, "-N2", "--exclusive", "--priority="+sbatchPrio, "-J", ns+"/sbatch", "--wrap", "sleep 600")
+			pods := createPodGroup(t, ns, "pair", 2, map[string]string{slurmjob.Annotation("priority"): groupPrio})
+			eventually(t, 30*time.Second, "the group's job pending behind the gate", func() bool {
+				jobs := activeJobsNamed(t, ns+"/pair")
+				return len(jobs) == 1 && jobs[0].State == "PENDING"
+			})
+			waitJobState(t, sb, "PENDING")
+
+			slurmCmd(t, "scancel", strconv.Itoa(int(gate)))
+			if groupFirst {
+				waitAllBound(t, pods, 60*time.Second)
+				requireOneJobInRankOrder(t, pods)
+				j, _ := jobByID(t, sb)
+				assert.Equal(t, "PENDING", j.State, "the lower-priority sbatch job waits")
+				return
+			}
+			waitJobState(t, sb, "RUNNING")
+			consistently(t, 5*time.Second, "the lower-priority group stays unbound", func() bool {
+				return boundCount(t, pods) == 0
+			})
+			jobs := activeJobsNamed(t, ns+"/pair")
+			require.Len(t, jobs, 1)
+			assert.Equal(t, "PENDING", jobs[0].State)
+		})
+	}
+}
+
+// 6. No starvation: high-priority groups Slurm cannot start now stay pending while
+// lower-priority single pods that fit are all bound. Sized for the local cluster: one CPU
+// of node-1 is held, so no group of every node can start, and the 1-CPU pods fill the rest.
+func TestPendingGroupsDoNotStarveSmallPods(t *testing.T) {
+	ns := namespace(t)
+	hold := sbatchJob(t, "-n1", "-w", nodes[0], "-t", "60", "-J", ns+"/hold", "--wrap", "sleep 3000")
+	waitJobState(t, hold, "RUNNING")
+	size := int32(len(nodes))
+	var groups [][]*v1.Pod
+	for g := 0; g < 10; g++ {
+		groups = append(groups, createPodGroup(t, ns, fmt.Sprintf("big%d", g), size,
+			map[string]string{slurmjob.Annotation("priority"): "100000"}))
+	}
+	eventually(t, 60*time.Second, "10 group jobs pending in Slurm", func() bool {
+		n := 0
+		for _, j := range activeJobsNamed(t, ns+"/big") {
+			if j.State == "PENDING" {
+				n++
+			}
+		}
+		return n == 10
+	})
+	small := 12
+	var singles []*v1.Pod
+	for i := 0; i < small; i++ {
+		singles = append(singles, createPod(t, ns, fmt.Sprintf("small-%d", i),
+			withAnnotation("priority", "10"), withAnnotation("time-limit", "10")))
+	}
+	// Slurm's backfill starts them around the pending groups (bf_interval: 30 s by default).
+	waitAllBound(t, singles, 120*time.Second)
+	for _, g := range groups {
+		assert.Zero(t, boundCount(t, g), "group %s stays unbound", g[0].Labels[workload.PodGroupLabel])
+	}
+}
