@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -122,16 +124,25 @@ func TestNodeDownDrainedNotRespondingConditions(t *testing.T) {
 	// kwok's own conditions: ours are neither wiped nor duplicated.
 	time.Sleep(3 * time.Second)
 	assert.Equal(t, first, slurmConditions(getNode(t, node)), "re-reconciling changes nothing")
-	beats := map[string]bool{}
-	eventually(t, 150*time.Second, "three kwok heartbeats with our conditions intact", func() bool {
+	throughHeartbeats(t, node, 3, "our conditions intact", func(n *v1.Node) {
+		require.Equal(t, first, slurmConditions(n))
+	})
+}
+
+// throughHeartbeats waits until kwok has posted beats more heartbeats of the node (its
+// Ready condition's heartbeat time changes), calling check on every look meanwhile.
+func throughHeartbeats(t *testing.T, node string, beats int, what string, check func(*v1.Node)) {
+	t.Helper()
+	seen := map[string]bool{}
+	eventually(t, time.Duration(beats)*50*time.Second, fmt.Sprintf("%d kwok heartbeats of %s with %s", beats, node, what), func() bool {
 		n := getNode(t, node)
 		for _, c := range n.Status.Conditions {
 			if c.Type == v1.NodeReady {
-				beats[c.LastHeartbeatTime.String()] = true
+				seen[c.LastHeartbeatTime.String()] = true
 			}
 		}
-		require.Equal(t, first, slurmConditions(n), "after %d heartbeats", len(beats)-1)
-		return len(beats) > 3
+		check(n)
+		return len(seen) > beats
 	})
 }
 
@@ -190,6 +201,145 @@ func TestNodeDeletionRemovesIdleDynamicSlurmNode(t *testing.T) {
 	eventually(t, 3*time.Second, "the idle dynamic Slurm node removed", func() bool {
 		return slurmNodeFlags(t, node) == nil
 	})
+}
+
+// gpuCondition is the condition type the local cluster's controller drains on
+// (--drain-on-node-conditions in deploy/local/lib.sh), as a GPU health check would set it.
+const gpuCondition v1.NodeConditionType = "GPUUnhealthy"
+
+// 5. A condition listed in --drain-on-node-conditions drains the Slurm node with its reason
+// while it is True, through kwok's heartbeats; a cordon meanwhile adds its cause, and its
+// uncordon leaves the condition's drain; False, or the condition gone, undrains.
+func TestNodeUnhealthyConditionDrainsInSlurm(t *testing.T) {
+	node := nodes[1]
+	restoreNodeAtEnd(t, node)
+	t.Cleanup(func() { removeNodeCondition(t, node, gpuCondition) }) // runs before restoreNodeAtEnd's
+	ours := wellknown.ReasonPrefix + "node " + node + " "
+	const cause = "condition GPUUnhealthy is True (XidError: e2e: GPU 0 fell off the bus)"
+	drainedFor := func(want string) func() bool {
+		return func() bool {
+			state, reason := sinfoNode(t, node)
+			return strings.HasPrefix(state, "drain") && reason == want
+		}
+	}
+	undrained := func() bool {
+		state, _ := sinfoNode(t, node)
+		return !strings.HasPrefix(state, "drain")
+	}
+	unhealthy := v1.NodeCondition{Type: gpuCondition, Status: v1.ConditionTrue, Reason: "XidError", Message: "e2e: GPU 0 fell off the bus"}
+
+	setNodeCondition(t, node, unhealthy)
+	eventually(t, 2*time.Second, "sinfo shows "+node+" drained for the condition", drainedFor(ours+cause))
+	eventually(t, 2*time.Second, "taint on "+node, func() bool { return hasSlurmTaint(getNode(t, node)) })
+	assert.Contains(t, nodeEvents(t, node), wellknown.EventDrainedInSlurm+": Drained Slurm node "+node)
+
+	// kwok's heartbeat patches only its own conditions: the health check's stays, and so
+	// does the drain.
+	throughHeartbeats(t, node, 1, "GPUUnhealthy True and the drain kept", func(n *v1.Node) {
+		c := nodeConditionOf(n, gpuCondition)
+		require.True(t, c != nil && c.Status == v1.ConditionTrue, "GPUUnhealthy on %s: %+v", node, c)
+		require.True(t, drainedFor(ours+cause)(), "drained for the condition")
+	})
+
+	nodeKubectl(t, "cordon", node)
+	eventually(t, 2*time.Second, "both causes in the reason", drainedFor(ours+"cordoned in Kubernetes; "+cause))
+	nodeKubectl(t, "uncordon", node)
+	eventually(t, 2*time.Second, "the condition's drain left after uncordon", drainedFor(ours+cause))
+	consistently(t, 2*time.Second, "still drained for the condition", drainedFor(ours+cause))
+
+	healthy := unhealthy
+	healthy.Status, healthy.Reason, healthy.Message = v1.ConditionFalse, "GPUHealthy", "e2e: all GPUs fine"
+	setNodeCondition(t, node, healthy)
+	eventually(t, 2*time.Second, node+" undrained once the condition is False", undrained)
+	waitSlurmNodeIdle(t, node)
+	eventually(t, 2*time.Second, "taint gone from "+node, func() bool { return !hasSlurmTaint(getNode(t, node)) })
+
+	// A health check that removes its condition instead of setting it False.
+	setNodeCondition(t, node, unhealthy)
+	eventually(t, 2*time.Second, "drained again", drainedFor(ours+cause))
+	removeNodeCondition(t, node, gpuCondition)
+	eventually(t, 2*time.Second, node+" undrained once the condition is gone", undrained)
+	assert.Contains(t, nodeEvents(t, node), wellknown.EventUndrainedInSlurm)
+}
+
+// 6. A controller restart neither drains twice nor loses an undrain: a cordoned node
+// running a placeholder job keeps its drain (the same reason, set by the same user at the
+// same time) through the restart, the pod and its job are untouched, and an uncordon after
+// the restart undrains.
+func TestNodeControllerRestartKeepsDrainAndJob(t *testing.T) {
+	node := nodes[2]
+	restoreNodeAtEnd(t, node)
+	ns := namespace(t) // its cleanup (the pod and its job gone) runs before restoreNodeAtEnd's
+	p := waitBound(t, ns, createPod(t, ns, "kept", onlyOnNode(node)).Name, 60*time.Second)
+	id := jobIDOf(t, p)
+	guard := "slurmjob-" + strconv.Itoa(int(id))
+	eventually(t, 30*time.Second, "kept Running with its eviction guard", func() bool {
+		_, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(context.Background(), guard, metav1.GetOptions{})
+		return err == nil && getPod(t, ns, "kept").Status.Phase == v1.PodRunning
+	})
+
+	nodeKubectl(t, "cordon", node)
+	want := wellknown.ReasonPrefix + "node " + node + " cordoned in Kubernetes"
+	var drain string // reason|user|time as sinfo shows them
+	eventually(t, 2*time.Second, node+" draining in Slurm with our reason, its job still on it", func() bool {
+		drain = slurmDrain(t, node)
+		return slices.Contains(slurmNodeFlags(t, node), "DRAIN") && strings.HasPrefix(drain, want+"|")
+	})
+	drains := strings.Count(nodeEvents(t, node), wellknown.EventDrainedInSlurm+": ")
+
+	component(t, "restart", "controller")
+	untouched := func() bool {
+		cur := getPod(t, ns, "kept")
+		j, ok := jobByID(t, id)
+		return slurmDrain(t, node) == drain && slices.Contains(slurmNodeFlags(t, node), "DRAIN") &&
+			cur.UID == p.UID && cur.DeletionTimestamp == nil && cur.Status.Phase == v1.PodRunning &&
+			ok && j.State == "RUNNING" && j.Nodes == node
+	}
+	// The restarted controller reconciles every node and pod at once; a drain made again
+	// would show as a new reason time in Slurm (seconds) and a new event.
+	consistently(t, 5*time.Second, "the drain, the pod and its job as they were", untouched)
+	assert.Equal(t, drains, strings.Count(nodeEvents(t, node), wellknown.EventDrainedInSlurm+": "), "no second drain")
+	_, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(context.Background(), guard, metav1.GetOptions{})
+	assert.NoError(t, err, "the eviction guard stays")
+
+	nodeKubectl(t, "uncordon", node)
+	eventually(t, 2*time.Second, node+" undrained after the restart", func() bool {
+		return !slices.Contains(slurmNodeFlags(t, node), "DRAIN")
+	})
+	eventually(t, 2*time.Second, "taint gone from "+node, func() bool { return !hasSlurmTaint(getNode(t, node)) })
+	j, ok := jobByID(t, id)
+	assert.True(t, ok && j.State == "RUNNING" && j.Nodes == node, "job %d still running on %s: %+v", id, node, j)
+}
+
+// slurmDrain is the Slurm node's reason, who set it and when ("reason|user|time").
+func slurmDrain(t *testing.T, node string) string { return sinfoLine(t, node, "%E|%u|%H") }
+
+// setNodeCondition sets one condition on the node through the status subresource, as a
+// node health check does (a strategic merge by type: the other conditions stay).
+func setNodeCondition(t *testing.T, node string, c v1.NodeCondition) {
+	t.Helper()
+	now := metav1.Now()
+	c.LastHeartbeatTime, c.LastTransitionTime = now, now
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []v1.NodeCondition{c}}})
+	require.NoError(t, err)
+	_, err = kube.CoreV1().Nodes().Patch(context.Background(), node, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	require.NoError(t, err)
+}
+
+func removeNodeCondition(t *testing.T, node string, typ v1.NodeConditionType) {
+	t.Helper()
+	patch := fmt.Appendf(nil, `{"status":{"conditions":[{"type":%q,"$patch":"delete"}]}}`, typ)
+	_, err := kube.CoreV1().Nodes().Patch(context.Background(), node, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	require.NoError(t, err)
+}
+
+func nodeConditionOf(n *v1.Node, typ v1.NodeConditionType) *v1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == typ {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
 }
 
 // BenchmarkNodeDrainLatency measures each direction on the real cluster: kubectl cordon
@@ -291,9 +441,15 @@ func recreateNode(t *testing.T, saved *v1.Node) {
 // prints a line per partition of the node, all alike: the first one says it.
 func sinfoNode(t *testing.T, node string) (state, reason string) {
 	t.Helper()
-	line, _, _ := strings.Cut(slurmCmd(t, "sinfo", "-h", "-N", "-n", node, "-o", "%t|%E"), "\n")
-	state, reason, _ = strings.Cut(line, "|")
+	state, reason, _ = strings.Cut(sinfoLine(t, node, "%t|%E"), "|")
 	return state, reason
+}
+
+// sinfoLine is sinfo's first line for the node in the given -o format.
+func sinfoLine(t *testing.T, node, format string) string {
+	t.Helper()
+	line, _, _ := strings.Cut(slurmCmd(t, "sinfo", "-h", "-N", "-n", node, "-o", format), "\n")
+	return line
 }
 
 var stateRE = regexp.MustCompile(`(?:^| )State=(\S+)`)

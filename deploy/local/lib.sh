@@ -300,12 +300,13 @@ comp_cmd() {
       CMD=("$BIN/kubeslurm-scheduler" --config "$RUN/scheduler-config.yaml"
         --secure-port=10259 --bind-address=127.0.0.1 -v=2) ;;
     controller)
-      # A short NotReady grace (default 5m) so the e2e test of a dead node's pod is quick.
+      # A short NotReady grace (default 5m) so the e2e test of a dead node's pod is quick;
+      # GPUUnhealthy drains, as a GPU health check's condition would (e2e node test 5).
       CMD=("$BIN/kubeslurm-controller" --kubeconfig "$RUN/controller.kubeconfig"
         --slurmrestd-url "$SLURMRESTD_URL" --slurm-user "$SLURM_USER" --slurm-jwt-key-file "$JWT_KEY_FILE"
         --metrics-bind-address 127.0.0.1:8081 --health-probe-bind-address 127.0.0.1:8082
         --webhook-host 127.0.0.1 --webhook-port 9443 --webhook-cert-hosts 127.0.0.1
-        --not-ready-grace-period 20s) ;;
+        --not-ready-grace-period 20s --drain-on-node-conditions GPUUnhealthy) ;;
   esac
 }
 
