@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -156,15 +157,17 @@ func activeJobsNamed(t *testing.T, prefix string) []slurmJob {
 	return out
 }
 
+var nonName = regexp.MustCompile(`[^a-z0-9]+`)
+
 // namespace creates a namespace for one test and, at its end, deletes it and checks that
 // no placeholder job of its pods is left in Slurm.
 func namespace(t *testing.T) string {
 	t.Helper()
-	name := strings.ToLower(strings.ReplaceAll(t.Name(), "_", "-"))
+	name := strings.Trim(nonName.ReplaceAllString(strings.ToLower(t.Name()), "-"), "-")
 	if len(name) > 50 {
-		name = name[:50]
+		name = strings.Trim(name[:30], "-") + "-" + strings.Trim(name[len(name)-19:], "-") // keep a subtest's name
 	}
-	name = strings.Trim(name, "-") + "-" + strconv.FormatInt(time.Now().Unix()%100000, 10)
+	name += "-" + strconv.FormatInt(time.Now().Unix()%100000, 10)
 	_, err := kube.CoreV1().Namespaces().Create(context.Background(), &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,7 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
+	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	spv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
@@ -82,6 +85,15 @@ func boundCount(t *testing.T, pods []*v1.Pod) int {
 // allocation, in Slurm's order, is exactly the pods' nodes in rank order.
 func requireOneJobInRankOrder(t *testing.T, pods []*v1.Pod) int32 {
 	t.Helper()
+	eventually(t, 30*time.Second, "the controller annotated every member with its rank", func() bool {
+		for i, p := range pods {
+			pods[i] = getPod(t, p.Namespace, p.Name)
+			if pods[i].Annotations[wellknown.JobRankAnnotation] == "" {
+				return false
+			}
+		}
+		return true
+	})
 	id := jobIDOf(t, pods[0])
 	for _, p := range pods {
 		require.Equal(t, id, jobIDOf(t, p), "every member of the group names the same Slurm job")
@@ -101,14 +113,6 @@ func requireOneJobInRankOrder(t *testing.T, pods []*v1.Pod) int32 {
 func TestPodGroupIsOneSlurmJob(t *testing.T) {
 	ns := namespace(t)
 	pods := createPodGroup(t, ns, "train", 3, map[string]string{slurmjob.Annotation("time-limit"): "30"})
-	eventually(t, 60*time.Second, "the group's members annotated with their rank", func() bool {
-		for _, p := range pods {
-			if getPod(t, ns, p.Name).Annotations[wellknown.JobRankAnnotation] == "" {
-				return false
-			}
-		}
-		return true
-	})
 	bound := waitAllBound(t, pods, 60*time.Second)
 	id := requireOneJobInRankOrder(t, bound)
 
@@ -160,15 +164,16 @@ func TestPodGroupLargerThanSlurmWaitsForANode(t *testing.T) {
 	size := int32(len(nodes) + 1)
 	pods := createPodGroup(t, ns, "big", size, nil)
 
-	// Slurm refuses a job needing more nodes than it has; the pods wait, none bound.
-	eventually(t, 30*time.Second, "Slurm's refusal shown on the pods", func() bool {
-		return strings.Contains(podEventsByName(t, ns, pods[0].Name), "Requested node configuration is not available") ||
-			strings.Contains(podEventsByName(t, ns, pods[len(pods)-1].Name), "Requested node configuration is not available")
+	// Slurm keeps the job pending (PartitionNodeLimit: the partition has too few nodes);
+	// no member is bound meanwhile.
+	eventually(t, 30*time.Second, "the group's one job pending in Slurm", func() bool {
+		jobs := activeJobsNamed(t, ns+"/big")
+		return len(jobs) == 1 && jobs[0].State == "PENDING"
 	})
 	consistently(t, 5*time.Second, "no member bound while the group cannot fit", func() bool {
 		return boundCount(t, pods) == 0
 	})
-	assert.Empty(t, activeJobsNamed(t, ns+"/"))
+	t.Logf("pending reason: %s", activeJobsNamed(t, ns+"/big")[0].Reason)
 
 	// One more node joins Kubernetes and Slurm: the group starts on all of them.
 	extra := fmt.Sprintf("node-%d", size)
@@ -217,30 +222,46 @@ func TestIndexedJobGangKeepsIndexRankOrder(t *testing.T) {
 // end (after the namespace's pods are gone) it takes both away again.
 func addNode(t *testing.T, name string) {
 	t.Helper()
-	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"}}}
-	_, err := kube.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{})
+	_, err := kube.CoreV1().Nodes().Create(context.Background(), kwokNode(name, nil), metav1.CreateOptions{})
 	require.NoError(t, err)
 	slurmd := "slurmd-" + name
 	component(t, "start", slurmd)
 	t.Cleanup(func() {
+		// Runs before the namespace's clean-up: end the pods on the node here.
+		onNode := metav1.ListOptions{FieldSelector: "spec.nodeName=" + name}
+		list, err := kube.CoreV1().Pods("").List(context.Background(), onNode)
+		require.NoError(t, err)
+		for _, p := range list.Items {
+			_ = kube.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)})
+		}
 		eventually(t, 60*time.Second, "no pod left on "+name, func() bool {
-			list, err := kube.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
+			list, err := kube.CoreV1().Pods("").List(context.Background(), onNode)
 			return err == nil && len(list.Items) == 0
 		})
 		waitSlurmNodeIdle(t, name)
 		component(t, "stop", slurmd)
-		err := kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+		err = kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
 		if !apierrors.IsNotFound(err) {
 			require.NoError(t, err)
 		}
 		eventually(t, 60*time.Second, "Slurm node "+name+" removed", func() bool {
-			return !strings.Contains(slurmCmd(t, "sinfo", "-h", "-N", "-o", "%N"), name)
+			return !slices.Contains(strings.Fields(slurmCmd(t, "sinfo", "-h", "-N", "-o", "%N")), name)
 		})
 	})
 	eventually(t, 60*time.Second, name+" in Slurm and Ready in Kubernetes", func() bool {
 		n, err := kube.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-		return err == nil && readyOf(n) == v1.ConditionTrue && strings.Contains(slurmCmd(t, "sinfo", "-h", "-N", "-o", "%N %t"), name+" idle")
+		// Not "idle": a job waiting for this node may take it the moment it registers.
+		return err == nil && readyOf(n) == v1.ConditionTrue && slices.Contains(strings.Fields(slurmCmd(t, "sinfo", "-h", "-N", "-o", "%N")), name)
 	})
+}
+
+// kwokNode is a node kwok runs, sized like deploy/local/up.sh's (4 CPUs, 8Gi).
+func kwokNode(name string, labels map[string]string) *v1.Node {
+	capacity := v1.ResourceList{v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("8Gi"), v1.ResourcePods: resource.MustParse("110")}
+	return &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"}},
+		Status:     v1.NodeStatus{Capacity: capacity, Allocatable: capacity},
+	}
 }
 
 // deleteJobAtEnd deletes a batch Job and its pods before the namespace's own clean-up, so
@@ -384,4 +405,29 @@ func TestPendingGroupsDoNotStarveSmallPods(t *testing.T) {
 	for _, g := range groups {
 		assert.Zero(t, boundCount(t, g), "group %s stays unbound", g[0].Labels[workload.PodGroupLabel])
 	}
+}
+
+// Kubernetes' own PodGroup (scheduling.k8s.io/v1alpha2, GenericWorkload) with a gang policy.
+func TestKubernetesPodGroupIsOneSlurmJob(t *testing.T) {
+	ns := namespace(t)
+	pg := &schedulingv1alpha2.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "wl"},
+		Spec: schedulingv1alpha2.PodGroupSpec{SchedulingPolicy: schedulingv1alpha2.PodGroupSchedulingPolicy{
+			Gang: &schedulingv1alpha2.GangSchedulingPolicy{MinCount: 2}}},
+	}
+	_, err := kube.SchedulingV1alpha2().PodGroups(ns).Create(context.Background(), pg, metav1.CreateOptions{})
+	require.NoError(t, err)
+	inGroup := func(p *v1.Pod) { p.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: ptrTo("wl")} }
+	pods := []*v1.Pod{createPod(t, ns, "wl-0", inGroup), createPod(t, ns, "wl-1", inGroup)}
+	requireOneJobInRankOrder(t, waitAllBound(t, pods, 60*time.Second))
+	eventually(t, 30*time.Second, "PodGroupScheduled=True on the PodGroup", func() bool {
+		got, err := kube.SchedulingV1alpha2().PodGroups(ns).Get(context.Background(), "wl", metav1.GetOptions{})
+		require.NoError(t, err)
+		for _, c := range got.Status.Conditions {
+			if c.Type == schedulingv1alpha2.PodGroupScheduled && c.Status == metav1.ConditionTrue {
+				return true
+			}
+		}
+		return false
+	})
 }

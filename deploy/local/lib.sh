@@ -273,6 +273,8 @@ comp_cmd() {
         # This admission plugin taints every new node node.kubernetes.io/not-ready, for the
         # nodelifecycle controller to lift once Ready; that controller is off (see below).
         --disable-admission-plugins=TaintNodesByCondition
+        # Kubernetes' own PodGroup API (alpha in 1.36), one of the pod groups kubeslurm reads.
+        --feature-gates=GenericWorkload=true --runtime-config=scheduling.k8s.io/v1alpha2=true
         # Close open watches on SIGTERM instead of waiting the request timeout (60 s) for them.
         --shutdown-watch-termination-grace-period=2s) ;;
     controller-manager)
