@@ -4,6 +4,7 @@ package slurm
 // data_parser version means changing the imports and types here, nothing else.
 
 import (
+	"strconv"
 	"strings"
 	"time"
 
@@ -65,6 +66,18 @@ func submitRequest(spec slurmjob.JobSpec) api.V0044JobSubmitReq {
 	}
 	if spec.Priority != nil {
 		desc.Priority = &api.V0044Uint32NoValStruct{Set: ptr.To(true), Number: ptr.To(int32(*spec.Priority))}
+	}
+	desc.Nice = spec.Nice
+	setString(&desc.Wckey, spec.WCKey)
+	setString(&desc.Constraints, spec.Constraints)
+	setString(&desc.Licenses, spec.Licenses)
+	setString(&desc.Dependency, spec.SlurmDependency())
+	// slurmrestd takes ids as strings (a name would do too); ours are numeric.
+	if spec.UserID != nil {
+		desc.UserId = ptr.To(strconv.FormatUint(uint64(*spec.UserID), 10))
+	}
+	if spec.GroupID != nil {
+		desc.GroupId = ptr.To(strconv.FormatUint(uint64(*spec.GroupID), 10))
 	}
 	return api.V0044JobSubmitReq{Job: desc}
 }

@@ -89,6 +89,47 @@ func TestSubmitRendersPlaceholderJob(t *testing.T) {
 	assert.Equal(t, "high", *d.Qos)
 }
 
+func TestSubmitRendersAnnotatedFields(t *testing.T) {
+	f := slurmtest.New("n1")
+	nice, uid, gid := int32(-20), uint32(1000), uint32(2000)
+	spec := slurmjob.JobSpec{
+		Name: "ns/p", Nodes: 1, CPUsPerNode: 4, GPUsPerNode: 2, WCKey: "proj-x", Nice: &nice,
+		Constraints: "intel&(a100|h100)", Licenses: "matlab:2,ansys",
+		GRES:   []slurmjob.GRES{{Name: "gpu", Type: "a100", Count: 2}, {Name: "shard", Count: 1}},
+		UserID: &uid, GroupID: &gid,
+		Dependencies: []slurmjob.Dependency{{Type: "afterok", JobIDs: []int32{12, 13}}, {Type: "afterany", JobIDs: []int32{14}}},
+		Pods:         []slurmjob.PodRef{{Namespace: "ns", Name: "p", UID: "u1"}},
+	}
+	_, err := f.Submit(context.Background(), spec)
+	require.NoError(t, err)
+	d := f.LastSubmit
+	require.NotNil(t, d)
+	assert.Equal(t, int32(-20), *d.Nice)
+	assert.Equal(t, "proj-x", *d.Wckey)
+	assert.Equal(t, "intel&(a100|h100)", *d.Constraints)
+	assert.Equal(t, "matlab:2,ansys", *d.Licenses)
+	assert.Equal(t, "gres/gpu:a100:2,gres/shard:1", *d.TresPerNode, "an annotated gpu GRES stands for the requested GPUs")
+	assert.Equal(t, "1000", *d.UserId)
+	assert.Equal(t, "2000", *d.GroupId)
+	assert.Equal(t, "afterok:12:13,afterany:14", *d.Dependency)
+	assert.Equal(t, int32(4), *d.CpusPerTask)
+	assert.Equal(t, int32(1), *d.MinimumNodes)
+	assert.Equal(t, int32(1), *d.MaximumNodes)
+
+	// Unset, none of them is sent: Slurm's defaults apply.
+	_, err = f.Submit(context.Background(), slurmjob.JobSpec{Name: "ns/q", Nodes: 1, CPUsPerNode: 1, Pods: []slurmjob.PodRef{{Namespace: "ns", Name: "q", UID: "u2"}}})
+	require.NoError(t, err)
+	d = f.LastSubmit
+	assert.Nil(t, d.Nice)
+	assert.Nil(t, d.Wckey)
+	assert.Nil(t, d.Constraints)
+	assert.Nil(t, d.Licenses)
+	assert.Nil(t, d.TresPerNode)
+	assert.Nil(t, d.UserId)
+	assert.Nil(t, d.GroupId)
+	assert.Nil(t, d.Dependency)
+}
+
 func TestWatcher(t *testing.T) {
 	ctx := context.Background()
 	f := slurmtest.New("n1", "n2")

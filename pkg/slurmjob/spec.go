@@ -13,8 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	resourcehelper "k8s.io/component-helpers/resource"
-
-	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
 
 // GPUResource is the extended resource whose count becomes the job's gres/gpu.
@@ -47,12 +45,27 @@ type JobSpec struct {
 	TimeLimitMinutes *uint32
 	// Priority is nil for the priority plugin's own choice.
 	Priority *uint32
+	// Nice is nil for Slurm's default (0).
+	Nice  *int32
+	WCKey string
+	// Constraints is a Slurm constraint expression on node features; Licenses a license
+	// list (name[@server][:count],...). Both validated by ParseAnnotations.
+	Constraints string
+	Licenses    string
+	// UserID and GroupID, when set, make the job another user's (nil: the submitter's).
+	UserID, GroupID *uint32
+	// Dependencies on other Slurm jobs. The scheduler resolves workload references into
+	// job ids before it submits; the rest are sent as they are.
+	Dependencies []Dependency
 
 	Nodes           int32
 	CPUsPerNode     int32
 	MemoryPerNodeMB int64
 	GPUsPerNode     int64
-	Exclusive       bool
+	// GRES are generic resources per node set by annotation; a gpu entry there stands
+	// for GPUsPerNode (which it must agree with).
+	GRES      []GRES
+	Exclusive bool
 	// ExcludedNodes are Slurm nodes the pod cannot use (Kubernetes filters rejected them).
 	ExcludedNodes []string
 
@@ -73,7 +86,8 @@ const Unlimited = math.MaxUint32
 // annotations, read from its root workload (root, may be nil) and then the pod, the pod's
 // winning. Any invalid annotation is an error naming the annotation.
 func ForPod(pod *v1.Pod, root map[string]string) (JobSpec, error) {
-	opts, err := ParseAnnotations(Merge(root, pod.Annotations))
+	annotations := Merge(root, pod.Annotations)
+	opts, err := ParseAnnotations(annotations)
 	if err != nil {
 		return JobSpec{}, err
 	}
@@ -82,8 +96,10 @@ func ForPod(pod *v1.Pod, root map[string]string) (JobSpec, error) {
 		Nodes: 1,
 		Pods:  []PodRef{RefOf(pod)},
 	}
-	opts.apply(&spec)
 	spec.CPUsPerNode, spec.MemoryPerNodeMB, spec.GPUsPerNode = Requests(pod)
+	if err := opts.apply(&spec, annotations); err != nil {
+		return JobSpec{}, err
+	}
 	return spec, nil
 }
 
@@ -103,12 +119,12 @@ func ForGroup(key, name string, root map[string]string, members []*v1.Pod) (JobS
 	if err != nil {
 		return JobSpec{}, err
 	}
-	opts, err := ParseAnnotations(Merge(root, podAnnotations))
+	annotations := Merge(root, podAnnotations)
+	opts, err := ParseAnnotations(annotations)
 	if err != nil {
 		return JobSpec{}, err
 	}
 	spec := JobSpec{Name: name, Nodes: int32(len(members)), Group: key, Exclusive: true}
-	opts.apply(&spec)
 	for _, pod := range members {
 		spec.Pods = append(spec.Pods, RefOf(pod))
 		cpus, mem, gpus := Requests(pod)
@@ -116,18 +132,34 @@ func ForGroup(key, name string, root map[string]string, members []*v1.Pod) (JobS
 		spec.MemoryPerNodeMB = max(spec.MemoryPerNodeMB, mem)
 		spec.GPUsPerNode = max(spec.GPUsPerNode, gpus)
 	}
+	if err := opts.apply(&spec, annotations); err != nil {
+		return JobSpec{}, err
+	}
 	return spec, nil
 }
 
-// Merge returns the slurmjob annotations of base overridden by those of over.
+// Merge returns the slurmjob annotations (ours and slurm-bridge's) of base overridden by
+// those of over, setting by setting: a setting over gives under either prefix replaces
+// base's under both.
 func Merge(base, over map[string]string) map[string]string {
 	out := map[string]string{}
-	for _, m := range []map[string]string{base, over} {
-		for k, v := range m {
-			if strings.HasPrefix(k, wellknown.SlurmJobAnnotationPrefix) {
-				out[k] = v
+	overrides := map[string]bool{}
+	for k, v := range over {
+		if IsAnnotation(k) {
+			out[k] = v
+			if setting, ok := settingOf(k); ok {
+				overrides[setting] = true
 			}
 		}
+	}
+	for k, v := range base {
+		if _, set := out[k]; set || !IsAnnotation(k) {
+			continue
+		}
+		if setting, ok := settingOf(k); ok && overrides[setting] {
+			continue
+		}
+		out[k] = v
 	}
 	return out
 }
@@ -179,12 +211,28 @@ func quantity(list v1.ResourceList, name v1.ResourceName) int64 {
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
-// TRESPerNode is the job's tres_per_node string ("gres/gpu:2"), empty without GPUs.
+// TRESPerNode is the job's tres_per_node string ("gres/gpu:2", "gres/gpu:a100:2,gres/shard:1"):
+// the annotated GRES, and the GPUs the pods request unless those name gpu themselves.
+// Empty without either.
 func (s JobSpec) TRESPerNode() string {
-	if s.GPUsPerNode <= 0 {
-		return ""
+	parts := make([]string, 0, len(s.GRES)+1)
+	if _, named := gpuCount(s.GRES); !named && s.GPUsPerNode > 0 {
+		parts = append(parts, fmt.Sprintf("gres/gpu:%d", s.GPUsPerNode))
 	}
-	return fmt.Sprintf("gres/gpu:%d", s.GPUsPerNode)
+	for _, g := range s.GRES {
+		parts = append(parts, g.TRES())
+	}
+	return strings.Join(parts, ",")
+}
+
+// SlurmDependency is the job's dependency as Slurm reads it ("afterok:12:13,afterany:14"),
+// empty without one.
+func (s JobSpec) SlurmDependency() string {
+	parts := make([]string, 0, len(s.Dependencies))
+	for _, d := range s.Dependencies {
+		parts = append(parts, d.String())
+	}
+	return strings.Join(parts, ",")
 }
 
 // WithExcludedNodes returns a copy of the spec excluding the given nodes (sorted, unique).

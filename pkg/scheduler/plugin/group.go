@@ -127,7 +127,8 @@ func (p *Plugin) waiting(pod *v1.Pod) bool {
 
 // specFor builds the job for a pod on its own, or for its whole group. A group is
 // submitted only once all its members exist, by one of those members.
-func (p *Plugin) specFor(pod *v1.Pod, group *workload.Group) (slurmjob.JobSpec, *fwk.Status) {
+func (p *Plugin) specFor(pod *v1.Pod, group *workload.Group) (spec slurmjob.JobSpec, status *fwk.Status) {
+	defer func() { spec, status = p.withDependencies(pod, group, spec, status) }()
 	if group == nil {
 		spec, err := slurmjob.ForPod(pod, nil)
 		if err != nil {
