@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"strings"
+	"slices"
 
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -17,12 +17,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/kubeslurm/kubeslurm/pkg/slurmjob"
-	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
 
 var (
 	podKind = schema.GroupKind{Kind: "Pod"}
 	jobKind = schema.GroupKind{Group: batchv1.GroupName, Kind: "Job"}
+	// podGroupKinds carry annotations their pods' group job reads (pkg/workload).
+	podGroupKinds = []schema.GroupKind{
+		{Group: "scheduling.x-k8s.io", Kind: "PodGroup"},
+		{Group: "scheduling.k8s.io", Kind: "PodGroup"},
+	}
 )
 
 // Validator rejects slurmjob annotations that the scheduler would refuse, at admission,
@@ -38,13 +42,29 @@ type Validator struct {
 
 // Handle implements admission.Handler.
 func (v Validator) Handle(_ context.Context, req admission.Request) admission.Response {
-	switch (schema.GroupKind{Group: req.Kind.Group, Kind: req.Kind.Kind}) {
-	case podKind:
+	gk := schema.GroupKind{Group: req.Kind.Group, Kind: req.Kind.Kind}
+	switch {
+	case gk == podKind:
 		return v.pod(req)
-	case jobKind:
+	case gk == jobKind:
 		return v.job(req)
+	case slices.Contains(podGroupKinds, gk):
+		return v.annotated(req)
 	}
-	return admission.Allowed("not a pod or a job")
+	return admission.Allowed("not a pod, a job or a pod group")
+}
+
+// annotated checks the slurmjob annotations of an object that is read only for them (a
+// PodGroup: its pods' job takes them first).
+func (v Validator) annotated(req admission.Request) admission.Response {
+	var obj, old metav1.PartialObjectMetadata
+	if err := decode(req, &obj, &old); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if !hasSlurmJob(obj.Annotations) || (req.Operation == admissionv1.Update && sameSlurmJob(old.Annotations, obj.Annotations)) {
+		return admission.Allowed("slurmjob annotations absent or unchanged")
+	}
+	return check("", obj.Annotations)
 }
 
 func (v Validator) pod(req admission.Request) admission.Response {
@@ -101,22 +121,12 @@ func decode(req admission.Request, obj, old any) error {
 	return nil
 }
 
-func slurmJobAnnotations(annotations map[string]string) map[string]string {
-	out := map[string]string{}
-	for k, v := range annotations {
-		if strings.HasPrefix(k, wellknown.SlurmJobAnnotationPrefix) {
-			out[k] = v
-		}
-	}
-	return out
-}
-
 func hasSlurmJob(annotations map[string]string) bool {
-	return len(slurmJobAnnotations(annotations)) > 0
+	return len(slurmjob.Merge(nil, annotations)) > 0
 }
 
 func sameSlurmJob(a, b map[string]string) bool {
-	return maps.Equal(slurmJobAnnotations(a), slurmJobAnnotations(b))
+	return maps.Equal(slurmjob.Merge(nil, a), slurmjob.Merge(nil, b))
 }
 
 // SchedulerDefaulter hands new pods to kubeslurm: a pod created asking for the default

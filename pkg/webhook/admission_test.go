@@ -47,6 +47,13 @@ func job(scheduler string, own, template map[string]string) *batchv1.Job {
 	}
 }
 
+func podGroup(annotations map[string]string) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "scheduling.x-k8s.io/v1alpha1", Kind: "PodGroup"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "g", Annotations: annotations},
+	}
+}
+
 // request builds the AdmissionRequest the API server would send for obj (old on updates).
 func request(t *testing.T, op admissionv1.Operation, ns string, obj, old runtime.Object) admission.Request {
 	t.Helper()
@@ -115,6 +122,16 @@ func TestValidator(t *testing.T) {
 			obj: job(ours, nil, ann("priority", "x")), old: job(ours, nil, ann("priority", "x"))},
 		{name: "job update changing its own annotations", op: admissionv1.Update,
 			obj: job(ours, ann("reservation", "maint window"), nil), old: job(ours, nil, nil), deniedFor: key("reservation")},
+		{name: "slurm-bridge alias on a Job for the default scheduler", op: admissionv1.Create,
+			obj: job(corev1.DefaultSchedulerName, map[string]string{slurmjob.AliasAnnotationPrefix + "timelimit": "soon"}, nil),
+			deniedFor: slurmjob.AliasAnnotationPrefix + "timelimit"},
+		{name: "pod update changing only an alias", op: admissionv1.Update,
+			obj: pod(ours, map[string]string{slurmjob.AliasAnnotationPrefix + "partition": "a;b"}), old: pod(ours, nil),
+			deniedFor: slurmjob.AliasAnnotationPrefix + "partition"},
+		{name: "PodGroup with a bad annotation", op: admissionv1.Create,
+			obj: podGroup(ann("qos", "high\nQOS=evil")), deniedFor: key("qos"), why: "QOS name"},
+		{name: "PodGroup with valid annotations", op: admissionv1.Create, obj: podGroup(ann("time-limit", "30"))},
+		{name: "PodGroup without our annotations", op: admissionv1.Create, obj: podGroup(map[string]string{"team": "a"})},
 		{name: "other kinds pass", op: admissionv1.Create,
 			obj: &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}}},
 	}

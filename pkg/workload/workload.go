@@ -222,6 +222,21 @@ func (r *Resolver) jobGroup(pod *v1.Pod, uid string) (*Group, error) {
 	return g, nil
 }
 
+// RootAnnotations returns the annotations of the workload of a pod placed on its own: its
+// controlling Job's (a Job without the gang annotation), nil for a pod with none. A Job the
+// lister does not have (yet) is an error, so the pod waits rather than lose its settings.
+func (r *Resolver) RootAnnotations(pod *v1.Pod) (map[string]string, error) {
+	ref := controllerOf(pod, "Job")
+	if ref == nil || r.Jobs == nil {
+		return nil, nil
+	}
+	job, err := r.Jobs.Jobs(pod.Namespace).Get(ref.Name)
+	if err != nil {
+		return nil, notFound(err, KindJob, pod.Namespace, ref.Name)
+	}
+	return job.Annotations, nil
+}
+
 // Members returns the group's live pods (not ended, not being deleted) in rank order: by
 // the workload's own index where it numbers its pods (an indexed Job's completion index,
 // an LWS worker index), else by creation time, then name.

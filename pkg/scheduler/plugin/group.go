@@ -130,7 +130,11 @@ func (p *Plugin) waiting(pod *v1.Pod) bool {
 func (p *Plugin) specFor(pod *v1.Pod, group *workload.Group) (spec slurmjob.JobSpec, status *fwk.Status) {
 	defer func() { spec, status = p.withDependencies(pod, group, spec, status) }()
 	if group == nil {
-		spec, err := slurmjob.ForPod(pod, nil)
+		root, err := p.groups.RootAnnotations(pod)
+		if err != nil {
+			return spec, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+		}
+		spec, err := slurmjob.ForPod(pod, root)
 		if err != nil {
 			p.event(pod, v1.EventTypeWarning, wellknown.EventInvalidSlurmJobSpec, "Submit", "No Slurm job submitted: %v", err)
 			return spec, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "invalid Slurm job spec: "+err.Error())

@@ -320,3 +320,28 @@ func TestGroupLargerThanSlurmWaitsForNodes(t *testing.T) {
 	_, st = f.cycle(b, nil)
 	assert.Contains(t, st.Message(), "Slurm job 1 submitted")
 }
+
+func TestSinglePodReadsItsJobsAnnotations(t *testing.T) {
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "batch", UID: "job-uid",
+			Annotations: map[string]string{slurmjob.Annotation("time-limit"): "45"}},
+		Spec: batchv1.JobSpec{Parallelism: ptr.To[int32](2)},
+	}
+	p := newPod("batch-x", map[string]string{slurmjob.Annotation("qos"): "low"})
+	p.Labels = map[string]string{batchv1.ControllerUidLabel: "job-uid"}
+	p.OwnerReferences = []metav1.OwnerReference{{Kind: "Job", Name: "batch", UID: "job-uid", Controller: ptr.To(true)}}
+	f := newFixture(t)
+	f.addPods(p)
+	f.poll()
+
+	// The Job is not in the lister yet: the pod waits instead of losing the Job's settings.
+	_, st := f.cycle(p, nil)
+	assert.Equal(t, fwk.UnschedulableAndUnresolvable, st.Code())
+	assert.Contains(t, st.Message(), "Job default/batch not found")
+
+	require.NoError(t, f.handle.informers.Batch().V1().Jobs().Informer().GetStore().Add(job))
+	_, st = f.cycle(p, nil)
+	require.Contains(t, st.Message(), "Slurm job 1 submitted")
+	assert.Equal(t, int32(45), *f.slurm.LastSubmit.TimeLimit.Number, "from the Job")
+	assert.Equal(t, "low", *f.slurm.LastSubmit.Qos, "from the pod")
+}

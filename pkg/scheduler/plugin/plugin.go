@@ -18,9 +18,9 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -394,28 +394,11 @@ func slurmAnnotationsChanged(_ klog.Logger, pod *v1.Pod, oldObj, newObj interfac
 	if !ok1 || !ok2 || newPod.UID != pod.UID {
 		return fwk.QueueSkip, nil
 	}
-	if !equalPrefixed(oldPod.Annotations, newPod.Annotations, wellknown.SlurmJobAnnotationPrefix) {
+	// Ours and slurm-bridge's keys alike (Merge(nil, ...) keeps exactly those).
+	if !maps.Equal(slurmjob.Merge(nil, oldPod.Annotations), slurmjob.Merge(nil, newPod.Annotations)) {
 		return fwk.Queue, nil
 	}
 	return fwk.QueueSkip, nil
-}
-
-func equalPrefixed(a, b map[string]string, prefix string) bool {
-	count := 0
-	for k, v := range a {
-		if strings.HasPrefix(k, prefix) {
-			count++
-			if w, ok := b[k]; !ok || w != v {
-				return false
-			}
-		}
-	}
-	for k := range b {
-		if strings.HasPrefix(k, prefix) {
-			count--
-		}
-	}
-	return count == 0
 }
 
 // activate moves the waiting pods whose job changed back to the active queue; on a
