@@ -52,9 +52,11 @@ test: unit
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/scheduler/...
 
-## bench-e2e: lag of each direction (pod → bound, scancel → pod gone) on the running local cluster, p50/p99
+## bench-e2e: lag of each direction (pod → bound, scancel → pod gone, drains) on the running local cluster, p50/p99;
+## and, for pod groups of 8, 64 and 256 on 256 extra nodes, Slurm allocation → last member bound
 bench-e2e:
-	$(GO) test -run '^$$' -bench . -benchtime=20x -timeout 30m ./e2e/...
+	$(GO) test -run '^$$' -bench 'Latency' -benchtime=20x -timeout 30m ./e2e/...
+	$(GO) test -run '^$$' -bench 'GroupAllocationToBound' -benchtime=3x -timeout 30m ./e2e/...
 
 fmt:
 	gofmt -l -w cmd pkg e2e

@@ -123,7 +123,7 @@ func TestValidator(t *testing.T) {
 		{name: "job update changing its own annotations", op: admissionv1.Update,
 			obj: job(ours, ann("reservation", "maint window"), nil), old: job(ours, nil, nil), deniedFor: key("reservation")},
 		{name: "slurm-bridge alias on a Job for the default scheduler", op: admissionv1.Create,
-			obj: job(corev1.DefaultSchedulerName, map[string]string{slurmjob.AliasAnnotationPrefix + "timelimit": "soon"}, nil),
+			obj:       job(corev1.DefaultSchedulerName, map[string]string{slurmjob.AliasAnnotationPrefix + "timelimit": "soon"}, nil),
 			deniedFor: slurmjob.AliasAnnotationPrefix + "timelimit"},
 		{name: "pod update changing only an alias", op: admissionv1.Update,
 			obj: pod(ours, map[string]string{slurmjob.AliasAnnotationPrefix + "partition": "a;b"}), old: pod(ours, nil),
