@@ -57,7 +57,16 @@ func groupRun(b *testing.B, t *testing.T, sl slurm.Client, size int) time.Durati
 	defer func() {
 		_ = kube.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)}, metav1.ListOptions{})
 		_ = kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
-		pollUntil(b, 60*time.Second, func() (*v1.Pod, bool) { return nil, len(activeJobsNamed(t, ns+"/")) == 0 })
+		// The job is cancelled once its pods are gone; its nodes stay COMPLETING a while, as
+		// nothing on them answers slurmctld's terminate message (the next run waits for them).
+		pollUntil(b, 3*time.Minute, func() (*v1.Pod, bool) {
+			for _, j := range activeJobsNamed(t, ns+"/") {
+				if j.State == "PENDING" || j.State == "RUNNING" {
+					return nil, false
+				}
+			}
+			return nil, true
+		})
 	}()
 	onBenchNodes := func(p *v1.Pod) { p.Spec.NodeSelector = map[string]string{benchNodeLabel: "true"} }
 	pods := createPodGroup(t, ns, "g", int32(size), nil, onBenchNodes)
