@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -134,10 +135,10 @@ func TestPodGroupIsOneSlurmJob(t *testing.T) {
 	pg, err := podGroups(t).SchedulingV1alpha1().PodGroups(ns).Get(context.Background(), "train", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Contains(t, objectEvents(t, ns, "PodGroup", "train"), wellknown.EventSlurmJobSubmitted)
-	eventually(t, 30*time.Second, "PodGroup status shows the job scheduled", func() bool {
+	eventually(t, 60*time.Second, "PodGroup phase Running with its 3 members", func() bool {
 		pg, err = podGroups(t).SchedulingV1alpha1().PodGroups(ns).Get(context.Background(), "train", metav1.GetOptions{})
 		require.NoError(t, err)
-		return pg.Status.Phase == spv1alpha1.PodGroupScheduling || pg.Status.Phase == spv1alpha1.PodGroupRunning
+		return pg.Status.Phase == spv1alpha1.PodGroupRunning && pg.Status.Running == 3
 	})
 	assert.Equal(t, strconv.Itoa(int(id)), pg.Annotations[wellknown.JobIDLabel], "kubectl describe podgroup names the Slurm job")
 }
@@ -430,4 +431,43 @@ func TestKubernetesPodGroupIsOneSlurmJob(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// The examples users start from run as the README says: each is ONE Slurm job with a node
+// per pod.
+func TestGroupExamplesRun(t *testing.T) {
+	for _, ex := range []struct{ file, selector string }{
+		{file: "podgroup.yaml", selector: workload.PodGroupLabel + "=train"},
+		{file: "job-gang.yaml", selector: batchv1.JobNameLabel + "=indexed"},
+	} {
+		t.Run(ex.file, func(t *testing.T) {
+			ns := namespace(t)
+			path := filepath.Join(repoRoot, "examples", ex.file)
+			nodeKubectl(t, "apply", "-n", ns, "-f", path)
+			t.Cleanup(func() { nodeKubectl(t, "delete", "-n", ns, "--wait=true", "-f", path) })
+			var pods []*v1.Pod
+			eventually(t, 60*time.Second, "the example's 3 pods", func() bool {
+				list, err := kube.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: ex.selector})
+				require.NoError(t, err)
+				pods = pods[:0]
+				for i := range list.Items {
+					pods = append(pods, &list.Items[i])
+				}
+				return len(pods) == 3
+			})
+			bound := waitAllBound(t, pods, 60*time.Second)
+			eventually(t, 30*time.Second, "every member annotated with its rank", func() bool {
+				for i, p := range bound {
+					bound[i] = getPod(t, ns, p.Name)
+					if _, err := strconv.Atoi(bound[i].Annotations[wellknown.JobRankAnnotation]); err != nil {
+						return false
+					}
+				}
+				return true
+			})
+			rank := func(p *v1.Pod) int { r, _ := strconv.Atoi(p.Annotations[wellknown.JobRankAnnotation]); return r }
+			sort.Slice(bound, func(i, j int) bool { return rank(bound[i]) < rank(bound[j]) })
+			requireOneJobInRankOrder(t, bound)
+		})
+	}
 }

@@ -54,6 +54,8 @@ type Reconciler struct {
 	EvictionGuard bool
 	// now is the clock (tests replace it).
 	now func() time.Time
+	// workloads is told of a group member's changes (its phase counts in PodGroup status).
+	workloads *WorkloadStatus
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -125,6 +127,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if err := r.syncJobState(ctx, pod, &job); err != nil {
 		return ctrl.Result{}, err
+	}
+	if job.Group != "" && r.workloads != nil {
+		r.workloads.notify(job.Group)
 	}
 	if r.EvictionGuard && job.Allocated() && pod.Spec.NodeName != "" {
 		if err := r.guardEviction(ctx, pod, &job); err != nil {
@@ -450,7 +455,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
-	if err := (&WorkloadStatus{Client: r.Client, Watcher: r.Watcher, Recorder: r.Recorder}).setup(mgr); err != nil {
+	r.workloads = &WorkloadStatus{Client: r.Client, Watcher: r.Watcher, Recorder: r.Recorder}
+	if err := r.workloads.setup(mgr); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).

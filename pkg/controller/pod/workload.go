@@ -47,6 +47,17 @@ type WorkloadStatus struct {
 	Client   client.Client
 	Watcher  *slurm.Watcher
 	Recorder events.EventRecorder
+	// changes queues group keys: from the watcher's job changes, and from member pods'.
+	changes chan event.TypedGenericEvent[string]
+}
+
+// notify queues a group for reconciling (a member pod changed); it never blocks: a full
+// queue already holds work, and the periodic resync covers what a drop would miss.
+func (w *WorkloadStatus) notify(key string) {
+	select {
+	case w.changes <- event.TypedGenericEvent[string]{Object: key}:
+	default:
+	}
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -203,17 +214,17 @@ func statusEqual(cur, want map[string]any) bool {
 
 // setup registers the reconciler, fed by the watcher's changes of group jobs.
 func (w *WorkloadStatus) setup(mgr ctrl.Manager) error {
-	changes := make(chan event.TypedGenericEvent[string], 1024)
+	w.changes = make(chan event.TypedGenericEvent[string], 1024)
 	w.Watcher.OnChange(func(c slurm.Change) {
 		for _, jc := range c.Jobs {
 			if g := jc.Job.Group; g != "" && !jc.Gone {
-				changes <- event.TypedGenericEvent[string]{Object: g}
+				w.notify(g)
 			}
 		}
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("workload-slurmjob").
-		WatchesRawSource(source.TypedChannel(changes, handler.TypedFuncs[string, ctrl.Request]{
+		WatchesRawSource(source.TypedChannel(w.changes, handler.TypedFuncs[string, ctrl.Request]{
 			GenericFunc: func(_ context.Context, e event.TypedGenericEvent[string], q workqueue.TypedRateLimitingInterface[ctrl.Request]) {
 				q.Add(ctrl.Request{NamespacedName: types.NamespacedName{Name: e.Object}})
 			},

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	spv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/kubeslurm/kubeslurm/pkg/slurm"
@@ -89,4 +90,17 @@ func TestWorkloadStatusWritesTheGroupsJobOntoItsPodGroup(t *testing.T) {
 		seen = append(seen, <-recorder.Events)
 	}
 	assert.Contains(t, strings.Join(seen, "\n"), wellknown.EventSlurmJobAllocated, "events on the PodGroup")
+}
+
+func TestMemberChangeQueuesItsGroup(t *testing.T) {
+	f, _, _ := runningPair(t, v1.PodRunning)
+	f.r.workloads = &WorkloadStatus{changes: make(chan event.TypedGenericEvent[string], 4)}
+	_, err := f.reconcile("a")
+	require.NoError(t, err)
+	select {
+	case e := <-f.r.workloads.changes:
+		assert.Equal(t, "PodGroup/default/g", e.Object)
+	default:
+		t.Fatal("the member's reconcile did not queue its group")
+	}
 }
