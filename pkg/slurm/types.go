@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/kubeslurm/kubeslurm/pkg/slurmjob"
 )
 
@@ -90,15 +92,26 @@ func (j *Job) StateString() string {
 	return s
 }
 
+// Rank returns the pod's rank in the job (its index among the pods the job records).
+func (j *Job) Rank(uid types.UID) (int, bool) {
+	for i, p := range j.Pods {
+		if p.UID == uid {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// HasPod reports whether the job stands for the pod.
+func (j *Job) HasPod(uid types.UID) bool {
+	_, ok := j.Rank(uid)
+	return ok
+}
+
 // NodeForPod returns the node allocated to the pod: member i of the job gets rank i.
 func (j *Job) NodeForPod(ref slurmjob.PodRef) (string, bool) {
-	for i, p := range j.Pods {
-		if p.UID == ref.UID {
-			if i < len(j.Nodes) {
-				return j.Nodes[i], true
-			}
-			return "", false
-		}
+	if i, ok := j.Rank(ref.UID); ok && i < len(j.Nodes) {
+		return j.Nodes[i], true
 	}
 	return "", false
 }

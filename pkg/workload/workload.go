@@ -13,6 +13,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	batchlisters "k8s.io/client-go/listers/batch/v1"
@@ -194,13 +195,12 @@ func lwsGroup(pod *v1.Pod, name string) (*Group, error) {
 // jobGroup is a batch Job that opted in with the gang annotation; other Jobs' pods are
 // placed one by one.
 func (r *Resolver) jobGroup(pod *v1.Pod, uid string) (*Group, error) {
-	ref := controllerOf(pod, "Job")
-	if ref == nil || ref.UID != uid || r.Jobs == nil {
+	if ref := metav1.GetControllerOfNoCopy(pod); ref == nil || string(ref.UID) != uid {
 		return nil, nil
 	}
-	job, err := r.Jobs.Jobs(pod.Namespace).Get(ref.Name)
-	if err != nil {
-		return nil, notFound(err, KindJob, pod.Namespace, ref.Name)
+	job, err := r.controllingJob(pod)
+	if job == nil || err != nil {
+		return nil, err
 	}
 	opts, err := slurmjob.ParseAnnotations(slurmjob.Merge(nil, job.Annotations))
 	if err != nil || !opts.Gang {
@@ -226,15 +226,24 @@ func (r *Resolver) jobGroup(pod *v1.Pod, uid string) (*Group, error) {
 // controlling Job's (a Job without the gang annotation), nil for a pod with none. A Job the
 // lister does not have (yet) is an error, so the pod waits rather than lose its settings.
 func (r *Resolver) RootAnnotations(pod *v1.Pod) (map[string]string, error) {
-	ref := controllerOf(pod, "Job")
-	if ref == nil || r.Jobs == nil {
+	job, err := r.controllingJob(pod)
+	if job == nil || err != nil {
+		return nil, err
+	}
+	return job.Annotations, nil
+}
+
+// controllingJob returns the batch Job controlling the pod, nil for a pod with none.
+func (r *Resolver) controllingJob(pod *v1.Pod) (*batchv1.Job, error) {
+	ref := metav1.GetControllerOfNoCopy(pod)
+	if ref == nil || ref.Kind != KindJob || r.Jobs == nil {
 		return nil, nil
 	}
 	job, err := r.Jobs.Jobs(pod.Namespace).Get(ref.Name)
 	if err != nil {
 		return nil, notFound(err, KindJob, pod.Namespace, ref.Name)
 	}
-	return job.Annotations, nil
+	return job, nil
 }
 
 // Members returns the group's live pods (not ended, not being deleted) in rank order: by
@@ -281,18 +290,6 @@ func SortByRank(pods []*v1.Pod, index func(*v1.Pod) (int, bool)) {
 func Live(p *v1.Pod) bool {
 	return p.DeletionTimestamp == nil && p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed
 }
-
-func controllerOf(pod *v1.Pod, kind string) *metaOwner {
-	for i := range pod.OwnerReferences {
-		o := pod.OwnerReferences[i]
-		if o.Controller != nil && *o.Controller && o.Kind == kind {
-			return &metaOwner{Name: o.Name, UID: string(o.UID)}
-		}
-	}
-	return nil
-}
-
-type metaOwner struct{ Name, UID string }
 
 func notFound(err error, kind, ns, name string) error {
 	if apierrors.IsNotFound(err) {

@@ -29,6 +29,7 @@ import (
 	"github.com/kubeslurm/kubeslurm/pkg/slurm"
 	"github.com/kubeslurm/kubeslurm/pkg/slurmjob"
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
+	"github.com/kubeslurm/kubeslurm/pkg/workload"
 )
 
 // Reconciler reconciles one pod name (namespace/name) with the Slurm jobs recorded for it.
@@ -91,12 +92,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	podDone := isTerminal(pod) || (pod.DeletionTimestamp != nil && pod.Spec.NodeName == "")
 	switch {
 	case podDone && !job.Ended():
-		keep, err := r.groupKeepsJob(ctx, &job, pod.UID, pod.Status.Phase)
+		keep, others, err := r.groupKeepsJob(ctx, &job, pod.UID, pod.Status.Phase)
 		if err != nil || keep {
 			return ctrl.Result{}, err
 		}
 		logger.Info("Pod ended; cancelling its Slurm job", "job", job.ID, "phase", pod.Status.Phase)
-		r.tellOtherMembers(ctx, &job, pod.UID, fmt.Sprintf("pod %s of the group %s", pod.Name, podEnd(pod)))
+		r.tellOtherMembers(&job, others, fmt.Sprintf("pod %s of the group %s", pod.Name, podEnd(pod)))
 		if err := r.cancel(ctx, job.ID); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -172,10 +173,10 @@ func (r *Reconciler) reconcileMissingJob(ctx context.Context, pod *v1.Pod) (ctrl
 // gone; a group job whose other members go on is left to groupKeepsJob's rule.
 func (r *Reconciler) cancelAll(ctx context.Context, jobs []slurm.Job, keepUID types.UID, why string) error {
 	for _, j := range jobs {
-		if j.Ended() || (keepUID != "" && hasPod(&j, keepUID)) {
+		if j.Ended() || (keepUID != "" && j.HasPod(keepUID)) {
 			continue
 		}
-		keep, err := r.groupKeepsJob(ctx, &j, "", "")
+		keep, others, err := r.groupKeepsJob(ctx, &j, "", "")
 		if err != nil {
 			return err
 		}
@@ -183,7 +184,7 @@ func (r *Reconciler) cancelAll(ctx context.Context, jobs []slurm.Job, keepUID ty
 			continue
 		}
 		log.FromContext(ctx).Info("Cancelling orphaned Slurm job", "job", j.ID, "reason", why)
-		r.tellOtherMembers(ctx, &j, "", "a member of the group left ("+why+")")
+		r.tellOtherMembers(&j, others, "a member of the group left ("+why+")")
 		if err := r.cancel(ctx, j.ID); err != nil {
 			return err
 		}
@@ -192,16 +193,17 @@ func (r *Reconciler) cancelAll(ctx context.Context, jobs []slurm.Job, keepUID ty
 }
 
 // groupKeepsJob reports whether a pod group's job stays although one member left (phase
-// is "" for a member that is gone or was deleted before it was bound).
-func (r *Reconciler) groupKeepsJob(ctx context.Context, job *slurm.Job, leaving types.UID, phase v1.PodPhase) (bool, error) {
+// is "" for a member that is gone or was deleted before it was bound), and the job's
+// other live members.
+func (r *Reconciler) groupKeepsJob(ctx context.Context, job *slurm.Job, leaving types.UID, phase v1.PodPhase) (bool, []*v1.Pod, error) {
 	if len(job.Pods) <= 1 {
-		return false, nil
+		return false, nil, nil
 	}
 	others, err := r.liveMembers(ctx, job, leaving)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
-	return keepGroupJob(job, phase, len(others)), nil
+	return keepGroupJob(job, phase, len(others)), others, nil
 }
 
 // keepGroupJob is the group policy: before the job starts, losing a member leaves it to
@@ -230,7 +232,7 @@ func (r *Reconciler) liveMembers(ctx context.Context, job *slurm.Job, except typ
 		if err != nil {
 			return nil, err
 		}
-		if p.UID == ref.UID && !isTerminal(p) && p.DeletionTimestamp == nil {
+		if p.UID == ref.UID && workload.Live(p) {
 			out = append(out, p)
 		}
 	}
@@ -239,15 +241,7 @@ func (r *Reconciler) liveMembers(ctx context.Context, job *slurm.Job, except typ
 
 // tellOtherMembers records on each other live member of a group job why the job is about
 // to be cancelled, so `kubectl describe` of any member tells the story.
-func (r *Reconciler) tellOtherMembers(ctx context.Context, job *slurm.Job, except types.UID, why string) {
-	if len(job.Pods) <= 1 {
-		return
-	}
-	others, err := r.liveMembers(ctx, job, except)
-	if err != nil {
-		log.FromContext(ctx).Error(err, "Listing the other members of a group job", "job", job.ID)
-		return
-	}
+func (r *Reconciler) tellOtherMembers(job *slurm.Job, others []*v1.Pod, why string) {
 	for _, p := range others {
 		r.Recorder.Eventf(p, nil, v1.EventTypeWarning, wellknown.EventSlurmJobGroupMemberEnded, "Cancel",
 			"%s; cancelling the group's Slurm job %d", why, job.ID)
@@ -407,15 +401,6 @@ func podEnd(pod *v1.Pod) string {
 		return "ended (" + string(pod.Status.Phase) + ")"
 	}
 	return "was deleted before it was bound"
-}
-
-func hasPod(j *slurm.Job, uid types.UID) bool {
-	for _, p := range j.Pods {
-		if p.UID == uid {
-			return true
-		}
-	}
-	return false
 }
 
 // linkedTo reports whether the pod's job-id label names the job (or is absent). The

@@ -24,12 +24,8 @@ func jobAnnotations(job *slurm.Job, uid types.UID) map[string]string {
 		wellknown.JobStartTimeAnnotation: formatTime(job.StartTime),
 		wellknown.JobEndTimeAnnotation:   formatTime(job.EndTime),
 	}
-	if len(job.Pods) > 1 && uid != "" {
-		for i, ref := range job.Pods {
-			if ref.UID == uid {
-				a[wellknown.JobRankAnnotation] = strconv.Itoa(i)
-			}
-		}
+	if i, ok := job.Rank(uid); ok && len(job.Pods) > 1 {
+		a[wellknown.JobRankAnnotation] = strconv.Itoa(i)
 	}
 	return a
 }

@@ -16,7 +16,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -156,6 +155,22 @@ func (p *Plugin) specFor(pod *v1.Pod, group *workload.Group) (spec slurmjob.JobS
 // groupMembers returns the Size members that make up the group's job, in rank order, or
 // why the pod must wait: the group is not whole yet, or the pod is a surplus member.
 func (p *Plugin) groupMembers(pod *v1.Pod, group *workload.Group) ([]*v1.Pod, *fwk.Status) {
+	members, status := p.wholeGroup(group)
+	if status != nil {
+		return nil, status
+	}
+	for _, m := range members {
+		if m.UID == pod.UID {
+			return members, nil
+		}
+	}
+	return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
+		"%s needs %d pods and has them without this one", group, group.Size))
+}
+
+// wholeGroup returns the group's first Size live members in rank order, or why it must
+// wait: fewer than Size exist.
+func (p *Plugin) wholeGroup(group *workload.Group) ([]*v1.Pod, *fwk.Status) {
 	members, err := p.groups.Members(group)
 	if err != nil {
 		return nil, fwk.AsStatus(fmt.Errorf("listing members of %s: %w", group, err))
@@ -164,14 +179,7 @@ func (p *Plugin) groupMembers(pod *v1.Pod, group *workload.Group) ([]*v1.Pod, *f
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
 			"waiting for the members of %s: %d of %d pods exist", group, len(members), group.Size))
 	}
-	members = members[:group.Size]
-	for _, m := range members {
-		if m.UID == pod.UID {
-			return members, nil
-		}
-	}
-	return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
-		"%s needs %d pods and has them without this one", group, group.Size))
+	return members[:group.Size], nil
 }
 
 // membersIntact reports whether every pod the job records still exists, as the same pod,
@@ -202,15 +210,8 @@ func (p *Plugin) PreEnqueue(_ context.Context, pod *v1.Pod) *fwk.Status {
 	if _, ok := p.watcher.JobForGroup(group.Key()); ok {
 		return nil // PreFilter decides whether this pod is one of the job's
 	}
-	members, err := p.groups.Members(group)
-	if err != nil {
-		return fwk.AsStatus(err)
-	}
-	if len(members) < int(group.Size) {
-		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
-			"waiting for the members of %s: %d of %d pods exist", group, len(members), group.Size))
-	}
-	return nil
+	_, status := p.wholeGroup(group)
+	return status
 }
 
 // sameGroup requeues a waiting pod when a pod of its group is added or deleted: the group
@@ -252,36 +253,30 @@ func (p *Plugin) Permit(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ 
 	if !ok || s.job == nil || len(s.job.Pods) <= 1 {
 		return nil, 0
 	}
-	behind := map[string]*v1.Pod{}
+	behind := 0
+	// Members still in the queue (in backoff, say) are brought along.
+	queued := map[string]*v1.Pod{}
 	for _, ref := range s.job.Pods {
 		if ref.UID == pod.UID || p.handle.GetWaitingPod(ref.UID) != nil {
 			continue
 		}
 		member, err := p.podLister.Pods(ref.Namespace).Get(ref.Name)
-		if err == nil && member.UID == ref.UID && member.Spec.NodeName != "" {
-			continue
-		}
-		if err == nil && member.UID == ref.UID {
-			behind[ref.Key()] = member
-		} else {
-			behind[ref.Key()] = nil
+		switch {
+		case err != nil || member.UID != ref.UID:
+			behind++
+		case member.Spec.NodeName == "":
+			behind++
+			queued[ref.Key()] = member
 		}
 	}
-	if len(behind) > 0 {
-		// Bring along members still in the queue (in backoff, say).
-		activate := map[string]*v1.Pod{}
-		for k, m := range behind {
-			if m != nil {
-				activate[k] = m
-			}
+	if behind > 0 {
+		if len(queued) > 0 {
+			p.handle.Activate(klog.Background(), queued)
 		}
-		if len(activate) > 0 {
-			p.handle.Activate(klog.Background(), activate)
-		}
-		return fwk.NewStatus(fwk.Wait, fmt.Sprintf("waiting for %d other members of Slurm job %d", len(behind), s.job.ID)), p.permitTimeout
+		return fwk.NewStatus(fwk.Wait, fmt.Sprintf("waiting for %d other members of Slurm job %d", behind, s.job.ID)), p.permitTimeout
 	}
 	p.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
-		if hasMember(s.job, wp.GetPod().UID) {
+		if s.job.HasPod(wp.GetPod().UID) {
 			wp.Allow(Name)
 		}
 	})
@@ -291,19 +286,10 @@ func (p *Plugin) Permit(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ 
 // rejectWaiting sends the job's members waiting in Permit back to the queue.
 func (p *Plugin) rejectWaiting(job *slurm.Job, why string) {
 	p.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
-		if hasMember(job, wp.GetPod().UID) {
+		if job.HasPod(wp.GetPod().UID) {
 			wp.Reject(Name, why)
 		}
 	})
-}
-
-func hasMember(job *slurm.Job, uid types.UID) bool {
-	for _, ref := range job.Pods {
-		if ref.UID == uid {
-			return true
-		}
-	}
-	return false
 }
 
 // groupEvent records an event on the pod and, for a group, on its workload object too.

@@ -21,11 +21,12 @@ func newNeedsNodes() *needsNodes {
 	return &needsNodes{why: map[string]string{}, pods: map[string]*v1.Pod{}}
 }
 
-// refused records Slurm's refusal of the job with this key.
-func (n *needsNodes) refused(key, why string) {
+// refused records Slurm's refusal of the job with this key, and the pod that asked.
+func (n *needsNodes) refused(key, why string, pod *v1.Pod) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	n.why[key] = why
+	n.mu.Unlock()
+	n.waiting(key, pod)
 }
 
 // waiting returns Slurm's refusal of the key's job, if any, and then counts the pod among

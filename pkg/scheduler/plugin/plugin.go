@@ -324,8 +324,7 @@ func (p *Plugin) submit(ctx context.Context, pod *v1.Pod, group *workload.Group,
 		if slurm.NeedsOtherNodes(err) {
 			why := fmt.Sprintf("Slurm cannot run the job on any of its current nodes (%v); submitting again when Slurm's nodes change", err)
 			p.groupEvent(pod, group, v1.EventTypeWarning, wellknown.EventSlurmJobSubmitFailed, "Submit", "%s", why)
-			p.needsNodes.refused(jobKey(pod, group), why)
-			p.needsNodes.waiting(jobKey(pod, group), pod)
+			p.needsNodes.refused(jobKey(pod, group), why, pod)
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why)
 		}
 		if slurm.IsRejected(err) {
