@@ -15,7 +15,7 @@ build:
 	$(GO) build -o $(BIN)/kubeslurm-scheduler ./cmd/scheduler
 	$(GO) build -o $(BIN)/kubeslurm-controller ./cmd/controller
 
-## tools: etcd, kube-apiserver, kube-controller-manager, kubectl, kwok (rebuilt only on version change)
+## tools: etcd, kube-apiserver, kube-controller-manager, kubectl, kwok, the JobSet and LWS controllers (rebuilt only on version change)
 tools:
 	deploy/local/build-tools.sh
 

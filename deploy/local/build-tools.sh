@@ -45,4 +45,16 @@ if ! fresh kwok "$KWOK_VERSION"; then
   GOBIN="$bin" go install "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
   stamp kwok "$KWOK_VERSION"
 fi
+# JobSet's and LeaderWorkerSet's controllers, each from a scratch module under hack/tools
+# (their dependencies differ from ours), like etcd.
+if ! fresh jobset-controller "$JOBSET_VERSION"; then
+  step "building the JobSet controller $JOBSET_VERSION"
+  (cd "$root/hack/tools/jobset" && go build -o "$bin/jobset-controller" sigs.k8s.io/jobset)
+  stamp jobset-controller "$JOBSET_VERSION"
+fi
+if ! fresh lws-controller "$LWS_VERSION"; then
+  step "building the LeaderWorkerSet controller $LWS_VERSION"
+  (cd "$root/hack/tools/lws" && go build -o "$bin/lws-controller" sigs.k8s.io/lws/cmd)
+  stamp lws-controller "$LWS_VERSION"
+fi
 step "tools ready in $bin"

@@ -27,6 +27,9 @@ JWT_KEY_FILE=$RUN/slurm/jwt_hs256.key
 
 # Start order; down.sh stops in reverse. slurmd-node-<i> sit between slurmrestd and scheduler.
 K8S_COMPONENTS=(etcd apiserver controller-manager kwok)
+# JobSet's and LeaderWorkerSet's own controllers (and admission webhooks), as a user of those
+# workloads installs them; kubeslurm places their pods as groups.
+WORKLOAD_CONTROLLERS=(jobset-controller lws-controller)
 SLURM_DAEMONS=(slurmctld slurmrestd)
 OUR_COMPONENTS=(scheduler controller)
 
@@ -37,7 +40,7 @@ die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
 
 # All components in start order, including every slurmd that has a PID file or is wanted.
 all_components() {
-  local names=("${K8S_COMPONENTS[@]}" "${SLURM_DAEMONS[@]}") i f n
+  local names=("${K8S_COMPONENTS[@]}" "${WORKLOAD_CONTROLLERS[@]}" "${SLURM_DAEMONS[@]}") i f n
   local -A seen=()
   for ((i = 1; i <= NODES; i++)); do names+=("slurmd-node-$i"); seen["slurmd-node-$i"]=1; done
   for f in "$PIDS"/slurmd-node-*.pid; do
@@ -56,6 +59,8 @@ comp_binary() {
     apiserver) echo kube-apiserver ;;
     controller-manager) echo kube-controller-manager ;;
     kwok) echo kwok ;;
+    jobset-controller) echo jobset-controller ;;
+    lws-controller) echo lws-controller ;;
     slurmctld) echo slurmctld ;;
     slurmrestd) echo slurmrestd ;;
     slurmd-node-*) echo "slurmd" ;;
@@ -228,6 +233,61 @@ render_scheduler_config() {
     "$LOCAL_DIR/scheduler-config.yaml.tmpl" | write_if_changed "$RUN/scheduler-config.yaml" 0644
 }
 
+# The JobSet and LWS controllers serve their admission webhooks on 127.0.0.1 with one serving
+# certificate made here (their own cert rotation assumes an in-cluster Service).
+WORKLOAD_WEBHOOK_CERTS=$CERTS/workload-webhooks
+
+# workload_controller_port NAME webhook|health
+workload_controller_port() {
+  case $1:$2 in
+    jobset-controller:webhook) echo 9444 ;;
+    jobset-controller:health) echo 8091 ;;
+    lws-controller:webhook) echo 9445 ;;
+    lws-controller:health) echo 8092 ;;
+  esac
+}
+
+# A CA and a serving certificate for 127.0.0.1, made once per $RUN.
+ensure_workload_webhook_cert() {
+  local d=$WORKLOAD_WEBHOOK_CERTS
+  [ -s "$d/tls.crt" ] && [ -s "$d/tls.key" ] && [ -s "$d/ca.crt" ] && return 0
+  mkdir -p "$d" && chmod 700 "$d"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=kubeslurm local webhook CA" \
+    -keyout "$d/ca.key" -out "$d/ca.crt" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout "$d/tls.key" -out "$d/tls.csr" 2>/dev/null
+  openssl x509 -req -in "$d/tls.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial -days 3650 \
+    -extfile <(printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n') -out "$d/tls.crt" 2>/dev/null
+  rm -f "$d/tls.csr"
+}
+
+# The controller's Configuration (jobset's and lws's config APIs share these fields): no
+# leader election, no cert rotation, metrics off, webhook and probes on fixed local ports.
+render_workload_controller_config() {
+  local group=jobset.x-k8s.io
+  [ "$1" = lws-controller ] && group=lws.x-k8s.io
+  write_if_changed "$RUN/$1.yaml" 0644 <<EOF
+apiVersion: config.$group/v1alpha1
+kind: Configuration
+leaderElection:
+  leaderElect: false
+internalCertManagement:
+  enable: false
+metrics:
+  bindAddress: "0"
+health:
+  healthProbeBindAddress: 127.0.0.1:$(workload_controller_port "$1" health)
+webhook:
+  host: 127.0.0.1
+  port: $(workload_controller_port "$1" webhook)
+  certDir: $WORKLOAD_WEBHOOK_CERTS
+EOF
+}
+
+# The directory of a workload controller's module (pinned by hack/tools/<name>), for its CRDs.
+workload_module_dir() {
+  (cd "$REPO/hack/tools/$1" && go list -m -f '{{.Dir}}' "sigs.k8s.io/$1")
+}
+
 # comp_prepare NAME: what NAME needs on disk before it starts (idempotent, never wipes state).
 comp_prepare() {
   case $1 in
@@ -235,6 +295,11 @@ comp_prepare() {
     apiserver) ensure_k8s_secrets ;;
     controller-manager | kwok)
       [ -s "$RUN/admin.kubeconfig" ] || die "$1 needs $RUN/admin.kubeconfig (run deploy/local/up.sh)" ;;
+    jobset-controller | lws-controller)
+      [ -x "$BIN/$1" ] || die "no $BIN/$1 (make tools)"
+      [ -s "$RUN/admin.kubeconfig" ] || die "$1 needs $RUN/admin.kubeconfig (run deploy/local/up.sh)"
+      ensure_workload_webhook_cert
+      render_workload_controller_config "$1" ;;
     slurmctld) [ -s "$SLURM_ROOT/etc/slurm/slurm.conf" ] || slurm_write_config ;;
     slurmrestd)
       [ -s "$SLURM_ROOT/etc/slurm/slurm.conf" ] || die "no slurm.conf yet: start slurmctld first"
@@ -288,6 +353,8 @@ comp_cmd() {
       CMD=("$BIN/kwok" --kubeconfig="$RUN/admin.kubeconfig" --config="$LOCAL_DIR/kwok-stages.yaml"
         --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake
         --server-address=127.0.0.1:10247 --cidr=10.244.0.0/16) ;;
+    jobset-controller | lws-controller)
+      CMD=("$BIN/$1" --kubeconfig="$RUN/admin.kubeconfig" --config="$RUN/$1.yaml") ;;
     slurmctld)
       CMD=("$LOCAL_DIR/slurm-exec.sh" --clean /usr/sbin/slurmctld -D) ;;
     slurmrestd)
@@ -321,6 +388,11 @@ comp_ready() {
       [ "$(curl -fsSk --max-time 2 -H "Authorization: Bearer $(admin_token)" "$APISERVER_URL/readyz" 2>/dev/null)" = ok ] ;;
     controller-manager) curl -fsSk --max-time 2 https://127.0.0.1:10257/healthz >/dev/null 2>&1 ;;
     kwok) curl -fsS --max-time 2 http://127.0.0.1:10247/healthz >/dev/null 2>&1 ;;
+    jobset-controller | lws-controller)
+      # Ready once its webhook serves: the API server calls it for every JobSet/LWS and their pods.
+      curl -fsS --max-time 2 "http://127.0.0.1:$(workload_controller_port "$1" health)/readyz" >/dev/null 2>&1 &&
+        [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 --cacert "$WORKLOAD_WEBHOOK_CERTS/ca.crt" \
+          "https://127.0.0.1:$(workload_controller_port "$1" webhook)/" 2>/dev/null)" != 000 ] ;;
     slurmctld) slurm scontrol ping 2>/dev/null | grep -q 'is UP' ;;
     slurmrestd)
       # Any HTTP answer means it listens (the authenticated ping comes later, in up.sh).
@@ -382,6 +454,7 @@ comp_ports() {
     apiserver) echo 6443 ;;
     controller-manager) echo 10257 ;;
     kwok) echo 10247 ;;
+    jobset-controller | lws-controller) echo "$(workload_controller_port "$1" webhook) $(workload_controller_port "$1" health)" ;;
     slurmctld) echo 6817 ;;
     slurmrestd) echo 6820 ;;
     slurmd-node-*) echo $((6830 + ${1#slurmd-node-})) ;;

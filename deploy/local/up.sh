@@ -33,7 +33,7 @@ step "local cluster in $RUN ($NODES nodes, Slurm root $SLURM_ROOT)"
 # ---------------------------------------------------------------------------- Kubernetes
 if ! alive etcd; then
   step "fresh Kubernetes: no etcd running, so starting from an empty etcd"
-  for c in controller scheduler kwok controller-manager apiserver; do
+  for c in controller scheduler "${WORKLOAD_CONTROLLERS[@]}" kwok controller-manager apiserver; do
     if alive "$c"; then comp_stop "$c"; fi
   done
   rm -rf "$RUN/etcd"
@@ -55,8 +55,16 @@ comp_start kwok
 
 step "CRDs of the workloads kubeslurm groups (manifests/crds)"
 kc apply -f "$REPO/manifests/crds/" | sed 's/^/    /'
+step "JobSet $JOBSET_VERSION and LeaderWorkerSet $LWS_VERSION: CRDs from their modules, controllers, webhooks"
+# Server-side: these CRDs are larger than client-side apply's last-applied annotation allows.
+kc apply --server-side --force-conflicts \
+  -f "$(workload_module_dir jobset)/config/components/crd/bases/" \
+  -f "$(workload_module_dir lws)/config/crd/bases/" | sed 's/^/    /'
 # The scheduler discovers the APIs it can read when it starts: have them served by then.
 kc wait --for=condition=Established crd --all --timeout=60s >/dev/null
+for c in "${WORKLOAD_CONTROLLERS[@]}"; do comp_start "$c"; done
+sed "s|@CA_BUNDLE@|$(base64 -w0 "$WORKLOAD_WEBHOOK_CERTS/ca.crt")|" "$LOCAL_DIR/workload-webhooks.yaml.tmpl" |
+  kc apply -f - | sed 's/^/    /'
 
 step "namespace $SLURM_NS, service accounts, RBAC (manifests/local/rbac.yaml)"
 kc apply -f "$REPO/manifests/local/rbac.yaml" | sed 's/^/    /'

@@ -762,7 +762,7 @@ const RefKindPod = "Pod"
 
 // RefKinds are the kinds a WorkloadRef may have: Pod, and the kinds of pkg/workload's
 // group keys (workload.Kind*; pkg/workload imports this package, so they are spelt here).
-var RefKinds = []string{RefKindPod, "Job", "PodGroup", "PodGroup.scheduling.k8s.io", "LeaderWorkerSet"}
+var RefKinds = []string{RefKindPod, "Job", "JobSet", "PodGroup", "PodGroup.scheduling.k8s.io", "LeaderWorkerSet"}
 
 // Dependency is one clause of a job's dependency: Type on every listed job. Workloads are
 // references to the jobs of Kubernetes workloads in the pod's namespace, which the

@@ -86,8 +86,8 @@ func TestEachKey(t *testing.T) {
 			ok("afterany:Job/train-a", Options{Dependencies: []Dependency{{Type: "afterany", Workloads: []WorkloadRef{{Kind: "Job", Name: "train-a"}}}}}),
 			ok("after:PodGroup/prep,afternotok:7", Options{Dependencies: []Dependency{
 				{Type: "after", Workloads: []WorkloadRef{{Kind: "PodGroup", Name: "prep"}}}, {Type: "afternotok", JobIDs: []int32{7}}}}),
-			ok("afterany:12:LeaderWorkerSet/serve/0:Pod/setup:PodGroup.scheduling.k8s.io/pg", Options{Dependencies: []Dependency{{Type: "afterany",
-				JobIDs: []int32{12}, Workloads: []WorkloadRef{{Kind: "LeaderWorkerSet", Name: "serve", Replica: "0"}, {Kind: "Pod", Name: "setup"}, {Kind: "PodGroup.scheduling.k8s.io", Name: "pg"}}}}}),
+			ok("afterany:12:LeaderWorkerSet/serve/0:Pod/setup:PodGroup.scheduling.k8s.io/pg:JobSet/train", Options{Dependencies: []Dependency{{Type: "afterany",
+				JobIDs: []int32{12}, Workloads: []WorkloadRef{{Kind: "LeaderWorkerSet", Name: "serve", Replica: "0"}, {Kind: "Pod", Name: "setup"}, {Kind: "PodGroup.scheduling.k8s.io", Name: "pg"}, {Kind: "JobSet", Name: "train"}}}}}),
 			bad("afterok:Job/train-a", "cannot name a workload"), bad("afternotok:PodGroup/prep", "cannot name a workload"),
 			bad("singleton", "not one of after"), bad("aftercorr:12", "not one of after"), bad("afterok", "names no job"),
 			bad("afterok:", "names no job"), bad("afterok:0", "not a Slurm job id"), bad("afterok:99999999999", "not a Slurm job id"),

@@ -26,6 +26,8 @@ var (
 	podGroupKinds = []schema.GroupKind{
 		{Group: "scheduling.x-k8s.io", Kind: "PodGroup"},
 		{Group: "scheduling.k8s.io", Kind: "PodGroup"},
+		{Group: "jobset.x-k8s.io", Kind: "JobSet"},
+		{Group: "leaderworkerset.x-k8s.io", Kind: "LeaderWorkerSet"},
 	}
 )
 
@@ -55,7 +57,7 @@ func (v Validator) Handle(_ context.Context, req admission.Request) admission.Re
 }
 
 // annotated checks the slurmjob annotations of an object that is read only for them (a
-// PodGroup: its pods' job takes them first).
+// PodGroup, JobSet or LeaderWorkerSet: its pods' job takes them first).
 func (v Validator) annotated(req admission.Request) admission.Response {
 	var obj, old metav1.PartialObjectMetadata
 	if err := decode(req, &obj, &old); err != nil {

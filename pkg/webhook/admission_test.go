@@ -48,8 +48,13 @@ func job(scheduler string, own, template map[string]string) *batchv1.Job {
 }
 
 func podGroup(annotations map[string]string) *metav1.PartialObjectMetadata {
+	return groupObject("scheduling.x-k8s.io/v1alpha1", "PodGroup", annotations)
+}
+
+// groupObject is a workload object read only for its annotations (PodGroup, JobSet, LWS).
+func groupObject(apiVersion, kind string, annotations map[string]string) *metav1.PartialObjectMetadata {
 	return &metav1.PartialObjectMetadata{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "scheduling.x-k8s.io/v1alpha1", Kind: "PodGroup"},
+		TypeMeta:   metav1.TypeMeta{APIVersion: apiVersion, Kind: kind},
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "g", Annotations: annotations},
 	}
 }
@@ -132,6 +137,12 @@ func TestValidator(t *testing.T) {
 			obj: podGroup(ann("qos", "high\nQOS=evil")), deniedFor: key("qos"), why: "QOS name"},
 		{name: "PodGroup with valid annotations", op: admissionv1.Create, obj: podGroup(ann("time-limit", "30"))},
 		{name: "PodGroup without our annotations", op: admissionv1.Create, obj: podGroup(map[string]string{"team": "a"})},
+		{name: "JobSet with a bad annotation", op: admissionv1.Create,
+			obj: groupObject("jobset.x-k8s.io/v1alpha2", "JobSet", ann("time-limit", "soon")), deniedFor: key("time-limit")},
+		{name: "LeaderWorkerSet with a bad annotation", op: admissionv1.Create,
+			obj: groupObject("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", ann("exclusive", "maybe")), deniedFor: key("exclusive")},
+		{name: "JobSet with valid annotations", op: admissionv1.Create,
+			obj: groupObject("jobset.x-k8s.io/v1alpha2", "JobSet", ann("time-limit", "30"))},
 		{name: "other kinds pass", op: admissionv1.Create,
 			obj: &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}}},
 	}

@@ -1,10 +1,11 @@
 // Package workload finds the pod group a pod belongs to — a scheduler-plugins PodGroup, a
-// Kubernetes PodGroup (scheduling.k8s.io, GenericWorkload), a LeaderWorkerSet group, or a
-// batch Job that opted in — and the group's members in rank order. Such a group becomes
+// Kubernetes PodGroup (scheduling.k8s.io, GenericWorkload), a JobSet, a LeaderWorkerSet
+// group, or a batch Job that opted in — and the group's members in rank order. Such a group becomes
 // one multi-node Slurm job. It reads the API server through listers only.
 package workload
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -19,6 +20,10 @@ import (
 	batchlisters "k8s.io/client-go/listers/batch/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	schedulinglisters "k8s.io/client-go/listers/scheduling/v1alpha2"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	jobsetlisters "sigs.k8s.io/jobset/client-go/listers/jobset/v1alpha2"
+	lwsv1 "sigs.k8s.io/lws/api/leaderworkerset/v1"
+	lwslisters "sigs.k8s.io/lws/client-go/listers/leaderworkerset/v1"
 	spv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 	splisters "sigs.k8s.io/scheduler-plugins/pkg/generated/listers/scheduling/v1alpha1"
 
@@ -30,16 +35,22 @@ const (
 	KindPodGroup           = "PodGroup"                   // scheduling.x-k8s.io (scheduler-plugins)
 	KindSchedulingPodGroup = "PodGroup.scheduling.k8s.io" // Kubernetes' own (GenericWorkload)
 	KindJob                = "Job"
+	KindJobSet             = "JobSet"
 	KindLeaderWorkerSet    = "LeaderWorkerSet"
 )
 
 // Labels and annotations other projects put on their pods, read here.
 const (
 	PodGroupLabel       = spv1alpha1.PodGroupLabel
-	LWSNameLabel        = "leaderworkerset.sigs.k8s.io/name"
-	LWSGroupIndexLabel  = "leaderworkerset.sigs.k8s.io/group-index"
-	LWSWorkerIndexLabel = "leaderworkerset.sigs.k8s.io/worker-index"
-	LWSSizeAnnotation   = "leaderworkerset.sigs.k8s.io/size"
+	LWSNameLabel        = lwsv1.SetNameLabelKey
+	LWSGroupIndexLabel  = lwsv1.GroupIndexLabelKey
+	LWSWorkerIndexLabel = lwsv1.WorkerIndexLabelKey
+	LWSSizeAnnotation   = lwsv1.SizeAnnotationKey
+	JobSetNameLabel     = jobsetv1alpha2.JobSetNameKey
+	JobSetIndexLabel    = jobsetv1alpha2.JobGlobalIndexKey
+	// JobSetRestartLabel numbers the JobSet's attempt a pod belongs to (the JobSet
+	// controller's constant lives in a package we do not import).
+	JobSetRestartLabel = "jobset.sigs.k8s.io/restart-attempt"
 )
 
 // Group is a set of pods that start together, as one Slurm job, or not at all.
@@ -106,6 +117,8 @@ type Resolver struct {
 	Jobs                batchlisters.JobLister
 	PodGroups           splisters.PodGroupLister
 	SchedulingPodGroups schedulinglisters.PodGroupLister
+	JobSets             jobsetlisters.JobSetLister
+	LeaderWorkerSets    lwslisters.LeaderWorkerSetLister
 }
 
 // GroupOf returns the pod's group, or nil for a pod placed on its own. An error means the
@@ -118,8 +131,11 @@ func (r *Resolver) GroupOf(pod *v1.Pod) (*Group, error) {
 	if name, ok := pod.Labels[PodGroupLabel]; ok {
 		return r.podGroup(pod, name)
 	}
+	if name, ok := pod.Labels[JobSetNameLabel]; ok {
+		return r.jobSetGroup(pod, name)
+	}
 	if name, ok := pod.Labels[LWSNameLabel]; ok {
-		return lwsGroup(pod, name)
+		return r.lwsGroup(pod, name)
 	}
 	if uid, ok := pod.Labels[batchv1.ControllerUidLabel]; ok {
 		return r.jobGroup(pod, uid)
@@ -175,8 +191,9 @@ func (r *Resolver) schedulingPodGroup(pod *v1.Pod, name string) (*Group, error) 
 }
 
 // lwsGroup is one group of a LeaderWorkerSet: its leader (worker index 0) and workers,
-// told by the labels and size annotation the LWS controller puts on every pod.
-func lwsGroup(pod *v1.Pod, name string) (*Group, error) {
+// told by the labels and size annotation the LWS controller puts on every pod. The
+// LeaderWorkerSet object gives the annotations and receives the events.
+func (r *Resolver) lwsGroup(pod *v1.Pod, name string) (*Group, error) {
 	replica, ok := pod.Labels[LWSGroupIndexLabel]
 	if !ok {
 		return nil, fmt.Errorf("LeaderWorkerSet pod has no %s label", LWSGroupIndexLabel)
@@ -185,11 +202,93 @@ func lwsGroup(pod *v1.Pod, name string) (*Group, error) {
 	if err != nil || size < 1 {
 		return nil, fmt.Errorf("LeaderWorkerSet pod annotation %s=%q is not a group size", LWSSizeAnnotation, pod.Annotations[LWSSizeAnnotation])
 	}
-	return &Group{
+	g := &Group{
 		Kind: KindLeaderWorkerSet, Namespace: pod.Namespace, Name: name, Replica: replica, Size: int32(size),
 		selector: labels.SelectorFromSet(labels.Set{LWSNameLabel: name, LWSGroupIndexLabel: replica}),
 		index:    func(p *v1.Pod) (int, bool) { return atoi(p.Labels[LWSWorkerIndexLabel]) },
+	}
+	if r.LeaderWorkerSets == nil {
+		return g, nil // the pods carry all a group needs; only annotations and events are lost
+	}
+	lws, err := r.LeaderWorkerSets.LeaderWorkerSets(pod.Namespace).Get(name)
+	if err != nil {
+		return nil, notFound(err, KindLeaderWorkerSet, pod.Namespace, name)
+	}
+	if lws.Spec.StartupPolicy == lwsv1.LeaderReadyStartupPolicy {
+		return nil, fmt.Errorf("LeaderWorkerSet %s/%s has startupPolicy %s: its workers are created only once the leader runs, but a Slurm job starts the whole group at once; use %s",
+			pod.Namespace, name, lwsv1.LeaderReadyStartupPolicy, lwsv1.LeaderCreatedStartupPolicy)
+	}
+	obj := lws.DeepCopy()
+	obj.APIVersion, obj.Kind = lwsv1.GroupVersion.String(), KindLeaderWorkerSet
+	g.Annotations, g.Object = lws.Annotations, obj
+	return g, nil
+}
+
+// jobSetGroup is a whole JobSet: every pod of every replicated job of its current attempt,
+// ranked by the job's global index, then the pod's completion index.
+func (r *Resolver) jobSetGroup(pod *v1.Pod, name string) (*Group, error) {
+	if r.JobSets == nil {
+		return nil, fmt.Errorf("pod is labelled %s=%s but the JobSet API (jobset.x-k8s.io/v1alpha2) is not installed", JobSetNameLabel, name)
+	}
+	js, err := r.JobSets.JobSets(pod.Namespace).Get(name)
+	if err != nil {
+		return nil, notFound(err, KindJobSet, pod.Namespace, name)
+	}
+	size, offsets, err := jobSetLayout(js)
+	if err != nil {
+		return nil, err
+	}
+	obj := js.DeepCopy()
+	obj.APIVersion, obj.Kind = jobsetv1alpha2.SchemeGroupVersion.String(), KindJobSet
+	return &Group{
+		Kind: KindJobSet, Namespace: pod.Namespace, Name: name, Size: size,
+		Annotations: js.Annotations, Object: obj,
+		selector: labels.SelectorFromSet(labels.Set{
+			JobSetNameLabel:    name,
+			JobSetRestartLabel: strconv.Itoa(int(js.Status.Restarts)),
+		}),
+		index: func(p *v1.Pod) (int, bool) {
+			job, ok := atoi(p.Labels[JobSetIndexLabel])
+			if !ok || job >= len(offsets) {
+				return 0, false
+			}
+			i, ok := atoi(p.Annotations[batchv1.JobCompletionIndexAnnotation])
+			return offsets[job] + i, ok
+		},
 	}, nil
+}
+
+// jobSetLayout returns how many pods a JobSet runs at once and, per job global index, the
+// rank of that job's first pod. Every pod must run at once: a replicated job whose
+// completions differ from its parallelism, or that starts only after another (startup
+// order, dependsOn), cannot be one Slurm job.
+func jobSetLayout(js *jobsetv1alpha2.JobSet) (int32, []int, error) {
+	if sp := js.Spec.StartupPolicy; sp != nil && sp.StartupPolicyOrder == jobsetv1alpha2.InOrder {
+		return 0, nil, fmt.Errorf("JobSet %s/%s has startupPolicyOrder InOrder: its jobs start one after another, but a Slurm job starts them all at once", js.Namespace, js.Name)
+	}
+	var size int32
+	var offsets []int
+	for _, rj := range js.Spec.ReplicatedJobs {
+		if len(rj.DependsOn) > 0 {
+			return 0, nil, fmt.Errorf("JobSet %s/%s: replicated job %s depends on %s, but a Slurm job starts all of them at once", js.Namespace, js.Name, rj.Name, rj.DependsOn[0].Name)
+		}
+		p, c := int32(1), rj.Template.Spec.Completions
+		if rj.Template.Spec.Parallelism != nil {
+			p = *rj.Template.Spec.Parallelism
+		}
+		if p < 1 || (c != nil && *c != p) {
+			return 0, nil, fmt.Errorf("JobSet %s/%s: replicated job %s has parallelism %d and completions %s; they must be equal so that all its pods run at once",
+				js.Namespace, js.Name, rj.Name, p, show(c))
+		}
+		for i := int32(0); i < rj.Replicas; i++ {
+			offsets = append(offsets, int(size))
+			size += p
+		}
+	}
+	if size < 1 {
+		return 0, nil, fmt.Errorf("JobSet %s/%s runs no pods", js.Namespace, js.Name)
+	}
+	return size, offsets, nil
 }
 
 // jobGroup is a batch Job that opted in with the gang annotation; other Jobs' pods are
@@ -293,9 +392,21 @@ func Live(p *v1.Pod) bool {
 
 func notFound(err error, kind, ns, name string) error {
 	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("%s %s/%s not found", kind, ns, name)
+		return missing{fmt.Errorf("%s %s/%s not found", kind, ns, name)}
 	}
-	return fmt.Errorf("reading %s %s/%s: %w", kind, ns, name, err)
+	return missing{fmt.Errorf("reading %s %s/%s: %w", kind, ns, name, err)}
+}
+
+// missing marks an error about a workload object that cannot be read (yet): its pods wait
+// for it. Every other GroupOf error is a mistake in the workload's spec.
+type missing struct{ error }
+
+func (m missing) Unwrap() error { return m.error }
+
+// IsMissing reports whether GroupOf failed only because the workload object is not readable.
+func IsMissing(err error) bool {
+	var m missing
+	return errors.As(err, &m)
 }
 
 func atoi(s string) (int, bool) {

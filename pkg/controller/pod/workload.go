@@ -1,6 +1,7 @@
 package pod
 
-// The job state of a pod group, written onto the group's workload object (PodGroup, Job):
+// The job state of a pod group, written onto the group's workload object (PodGroup, Job,
+// JobSet):
 // the same annotations its pods carry, events on transitions, and a scheduler-plugins
 // PodGroup's status, which kubeslurm keeps in place of the coscheduling controller.
 
@@ -26,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/source"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	spv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/kubeslurm/kubeslurm/pkg/slurm"
@@ -38,6 +40,7 @@ var workloadKinds = map[string]schema.GroupVersionKind{
 	workload.KindPodGroup:           spv1alpha1.SchemeGroupVersion.WithKind("PodGroup"),
 	workload.KindSchedulingPodGroup: schedulingv1alpha2.SchemeGroupVersion.WithKind("PodGroup"),
 	workload.KindJob:                batchv1.SchemeGroupVersion.WithKind("Job"),
+	workload.KindJobSet:             jobsetv1alpha2.SchemeGroupVersion.WithKind(workload.KindJobSet),
 }
 
 // WorkloadStatus reconciles one pod group (by its key, in the request's Name) with its job.

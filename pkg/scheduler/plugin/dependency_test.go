@@ -16,7 +16,7 @@ import (
 // The kinds a dependency may name are spelt in slurmjob (which pkg/workload imports).
 func TestDependencyKindsAreWorkloadKinds(t *testing.T) {
 	assert.ElementsMatch(t, []string{slurmjob.RefKindPod, workload.KindJob, workload.KindPodGroup,
-		workload.KindSchedulingPodGroup, workload.KindLeaderWorkerSet}, slurmjob.RefKinds)
+		workload.KindSchedulingPodGroup, workload.KindJobSet, workload.KindLeaderWorkerSet}, slurmjob.RefKinds)
 }
 
 func deps(t *testing.T, v string) []slurmjob.Dependency {

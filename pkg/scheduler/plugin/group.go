@@ -10,6 +10,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -19,6 +20,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	jobsetclientset "sigs.k8s.io/jobset/client-go/clientset/versioned"
+	jobsetinformers "sigs.k8s.io/jobset/client-go/informers/externalversions"
+	lwsclientset "sigs.k8s.io/lws/client-go/clientset/versioned"
+	lwsinformers "sigs.k8s.io/lws/client-go/informers/externalversions"
 	spclientset "sigs.k8s.io/scheduler-plugins/pkg/generated/clientset/versioned"
 	spinformers "sigs.k8s.io/scheduler-plugins/pkg/generated/informers/externalversions"
 
@@ -31,38 +36,75 @@ import (
 const defaultGroupPermitTimeout = 60 * time.Second
 
 // newResolver wires the group resolver to the listers of the APIs the cluster serves:
-// batch Jobs always; scheduler-plugins PodGroups if their CRD is installed; Kubernetes'
-// own PodGroups if scheduling.k8s.io/v1alpha2 is served. Checked once at start. It also
-// returns the informers of those workload objects, for watchGroups.
+// batch Jobs always; scheduler-plugins PodGroups, JobSets and LeaderWorkerSets if their
+// CRDs are installed; Kubernetes' own PodGroups if scheduling.k8s.io/v1alpha2 is served.
+// Checked once at start. It also returns the informers of those workload objects, for
+// watchGroups.
 func newResolver(ctx context.Context, h fwk.Handle) (*workload.Resolver, []cache.SharedIndexInformer, error) {
 	f := h.SharedInformerFactory()
 	r := &workload.Resolver{Pods: f.Core().V1().Pods().Lister(), Jobs: f.Batch().V1().Jobs().Lister()}
 	informers := []cache.SharedIndexInformer{f.Batch().V1().Jobs().Informer()}
-	served, err := servesResource(h, "scheduling.x-k8s.io/v1alpha1", "podgroups")
-	if err != nil {
-		return nil, nil, err
-	}
-	if served {
-		cs, err := spclientset.NewForConfig(h.KubeConfig())
-		if err != nil {
-			return nil, nil, fmt.Errorf("PodGroup client: %w", err)
+	// ifServed runs add when the cluster serves the resource; add returns its informer.
+	ifServed := func(groupVersion, resource string, add func() (cache.SharedIndexInformer, error)) error {
+		served, err := servesResource(h, groupVersion, resource)
+		if err != nil || !served {
+			return err
 		}
-		spf := spinformers.NewSharedInformerFactory(cs, 0)
-		pg := spf.Scheduling().V1alpha1().PodGroups()
-		r.PodGroups = pg.Lister()
-		informers = append(informers, pg.Informer())
-		spf.Start(ctx.Done())
+		inf, err := add()
+		if err != nil {
+			return fmt.Errorf("%s client: %w", resource, err)
+		}
+		informers = append(informers, inf)
+		return nil
 	}
-	served, err = servesResource(h, "scheduling.k8s.io/v1alpha2", "podgroups")
+	err := errors.Join(
+		ifServed("scheduling.x-k8s.io/v1alpha1", "podgroups", func() (cache.SharedIndexInformer, error) {
+			cs, err := spclientset.NewForConfig(h.KubeConfig())
+			if err != nil {
+				return nil, err
+			}
+			spf := spinformers.NewSharedInformerFactory(cs, 0)
+			pg := spf.Scheduling().V1alpha1().PodGroups()
+			r.PodGroups = pg.Lister()
+			inf := pg.Informer()
+			spf.Start(ctx.Done())
+			return inf, nil
+		}),
+		ifServed("scheduling.k8s.io/v1alpha2", "podgroups", func() (cache.SharedIndexInformer, error) {
+			pg := f.Scheduling().V1alpha2().PodGroups()
+			r.SchedulingPodGroups = pg.Lister()
+			return pg.Informer(), nil
+		}),
+		ifServed("jobset.x-k8s.io/v1alpha2", "jobsets", func() (cache.SharedIndexInformer, error) {
+			cs, err := jobsetclientset.NewForConfig(h.KubeConfig())
+			if err != nil {
+				return nil, err
+			}
+			jf := jobsetinformers.NewSharedInformerFactory(cs, 0)
+			js := jf.Jobset().V1alpha2().JobSets()
+			r.JobSets = js.Lister()
+			inf := js.Informer()
+			jf.Start(ctx.Done())
+			return inf, nil
+		}),
+		ifServed("leaderworkerset.x-k8s.io/v1", "leaderworkersets", func() (cache.SharedIndexInformer, error) {
+			cs, err := lwsclientset.NewForConfig(h.KubeConfig())
+			if err != nil {
+				return nil, err
+			}
+			lf := lwsinformers.NewSharedInformerFactory(cs, 0)
+			lws := lf.Leaderworkerset().V1().LeaderWorkerSets()
+			r.LeaderWorkerSets = lws.Lister()
+			inf := lws.Informer()
+			lf.Start(ctx.Done())
+			return inf, nil
+		}),
+	)
 	if err != nil {
 		return nil, nil, err
 	}
-	if served {
-		pg := f.Scheduling().V1alpha2().PodGroups()
-		r.SchedulingPodGroups = pg.Lister()
-		informers = append(informers, pg.Informer())
-	}
-	klog.FromContext(ctx).Info("Pod group APIs", "schedulerPluginsPodGroups", r.PodGroups != nil, "kubernetesPodGroups", r.SchedulingPodGroups != nil)
+	klog.FromContext(ctx).Info("Pod group APIs", "schedulerPluginsPodGroups", r.PodGroups != nil, "kubernetesPodGroups", r.SchedulingPodGroups != nil,
+		"jobSets", r.JobSets != nil, "leaderWorkerSets", r.LeaderWorkerSets != nil)
 	return r, informers, nil
 }
 
@@ -199,6 +241,10 @@ func (p *Plugin) membersIntact(job *slurm.Job) bool {
 func (p *Plugin) PreEnqueue(_ context.Context, pod *v1.Pod) *fwk.Status {
 	group, err := p.groups.GroupOf(pod)
 	if err != nil {
+		if !workload.IsMissing(err) {
+			// A spec that can never form a group: say so where the user looks.
+			p.event(pod, v1.EventTypeWarning, wellknown.EventInvalidSlurmJobSpec, "Submit", "No Slurm job submitted: pod group: %v", err)
+		}
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "pod group: "+err.Error())
 	}
 	if group == nil {
