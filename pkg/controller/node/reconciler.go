@@ -222,6 +222,7 @@ func (r *Reconciler) syncTaint(ctx context.Context, node *v1.Node, sn *slurm.Nod
 // drained it) and removed once idle: the watcher re-enqueues it when its jobs end. No job
 // is ever cancelled.
 func (r *Reconciler) reconcileDeleted(ctx context.Context, name string) error {
+	r.lagDone(metrics.ToKubernetes, name, false) // no node to taint
 	sn, ok := r.Watcher.Node(name)
 	if !ok {
 		r.markSeen(name, false)
