@@ -75,6 +75,9 @@ func TestMetricsEndpoints(t *testing.T) {
 
 	sched := mustScrape(t, schedulerMetricsURL, token)
 	ctrl := mustScrape(t, controllerMetricsURL, "")
+	// The node's restore (a cleanup, run before the namespace's) waits for idle nodes.
+	require.NoError(t, kube.CoreV1().Pods(ns).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)}))
+	waitGone(t, ns, p.Name, 60*time.Second)
 
 	grew := func(name string, before, after series, atLeast float64) {
 		t.Helper()
