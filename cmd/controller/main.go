@@ -19,10 +19,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	nodecontroller "github.com/kubeslurm/kubeslurm/pkg/controller/node"
 	podcontroller "github.com/kubeslurm/kubeslurm/pkg/controller/pod"
+	"github.com/kubeslurm/kubeslurm/pkg/metrics"
 	"github.com/kubeslurm/kubeslurm/pkg/slurm"
 	"github.com/kubeslurm/kubeslurm/pkg/webhook"
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
@@ -122,6 +124,10 @@ func run(ctx context.Context, o options) error {
 	}
 	if err := nodecontroller.ValidateDrainConditions(o.drainOnConditions); err != nil {
 		return fmt.Errorf("--drain-on-node-conditions: %w", err)
+	}
+	// Served by the manager's metrics server (--metrics-bind-address).
+	if err := metrics.Register(ctrlmetrics.Registry); err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
 	}
 	restConfig, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
 	if err != nil {

@@ -366,7 +366,10 @@ comp_cmd() {
       CMD=("$LOCAL_DIR/slurm-exec.sh" --clean --tmpfs /run/slurm /usr/sbin/slurmd -D -Z -N "node-$i"
         --conf "CPUs=4 RealMemory=7900 Port=$((6830 + i))") ;;
     scheduler)
+      # Delegated authn/authz (TokenReview, SubjectAccessReview) as in-cluster, so /metrics
+      # answers a bearer token allowed `get` on the /metrics non-resource URL (docs/metrics.md).
       CMD=("$BIN/kubeslurm-scheduler" --config "$RUN/scheduler-config.yaml"
+        --authentication-kubeconfig "$RUN/scheduler.kubeconfig" --authorization-kubeconfig "$RUN/scheduler.kubeconfig"
         --secure-port=10259 --bind-address=127.0.0.1 -v=2) ;;
     controller)
       # A short NotReady grace (default 5m) so the e2e test of a dead node's pod is quick;

@@ -79,8 +79,9 @@ func NewClient(cfg Config) (Client, error) {
 	return Wrap(c), nil
 }
 
-// Wrap adapts a slurm-client Client (the real one, or its fake in tests).
-func Wrap(c slurmclient.Client) Client { return &client{c: c} }
+// Wrap adapts a slurm-client Client (the real one, or its fake in tests); every call is
+// counted in pkg/metrics.
+func Wrap(c slurmclient.Client) Client { return instrument(&client{c: c}) }
 
 type client struct{ c slurmclient.Client }
 

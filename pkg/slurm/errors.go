@@ -40,6 +40,8 @@ func (k Kind) String() string {
 type Error struct {
 	Kind Kind
 	Op   string
+	// Code is the HTTP status slurmrestd answered with, 0 when there was no answer.
+	Code int
 	// Messages are Slurm's own words (from the response's errors), if any.
 	Messages []string
 	Err      error
@@ -126,6 +128,7 @@ func classify(op string, err error) error {
 	code, ok := statusByText[parts[0].Error()]
 	if ok {
 		parts = parts[1:]
+		e.Code = code
 	}
 	for _, p := range parts {
 		if msg := strings.TrimSpace(p.Error()); msg != "" {

@@ -8,6 +8,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"github.com/kubeslurm/kubeslurm/pkg/metrics"
 )
 
 // Change is what one poll of Slurm found different.
@@ -166,7 +168,9 @@ func (w *Watcher) apply(started time.Time, list []Job, nodes []Node) {
 	w.nodes = newNodes
 	w.synced, w.lastErr = true, nil
 	handlers := w.handlers
+	counts := stateCounts(w.jobs)
 	w.mu.Unlock()
+	metrics.SetPlaceholderJobs(counts)
 
 	if len(change.Jobs) > 0 || change.NodesChanged || change.Resync {
 		for _, h := range handlers {

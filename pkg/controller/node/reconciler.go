@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/kubeslurm/kubeslurm/pkg/metrics"
 	"github.com/kubeslurm/kubeslurm/pkg/slurm"
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
@@ -58,8 +59,13 @@ type Reconciler struct {
 	// Kubernetes node was seen (or that we marked, see deletedReason) is ever removed: a
 	// Slurm node Kubernetes never had (an sbatch-only machine) is not ours to delete.
 	seen map[string]bool
-	now  func() time.Time
+	// since holds, per direction and node, when a drain change to carry across was first
+	// noticed, for metrics.DrainSyncLag.
+	since map[lagKey]time.Time
+	now   func() time.Time
 }
+
+type lagKey struct{ direction, node string }
 
 // Reconcile implements reconcile.Reconciler.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -101,8 +107,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // never drains twice.
 func (r *Reconciler) syncDrain(ctx context.Context, node *v1.Node, cached *slurm.Node, want string) error {
 	if decideDrain(want, cached) == keepDrain {
+		r.lagDone(metrics.ToSlurm, cached.Name, false)
 		return nil
 	}
+	r.lagStart(metrics.ToSlurm, cached.Name)
 	sn, err := r.Slurm.GetNode(ctx, cached.Name)
 	switch {
 	case slurm.IsNotFound(err):
@@ -127,6 +135,7 @@ func (r *Reconciler) syncDrain(ctx context.Context, node *v1.Node, cached *slurm
 				"Undrained Slurm node %s, drained by kubeslurm for %q", sn.Name, sn.Reason)
 		}
 	default:
+		r.lagDone(metrics.ToSlurm, sn.Name, false)
 		return nil
 	}
 	if slurm.IsRejected(err) {
@@ -137,6 +146,7 @@ func (r *Reconciler) syncDrain(ctx context.Context, node *v1.Node, cached *slurm
 	if err != nil {
 		return err
 	}
+	r.lagDone(metrics.ToSlurm, sn.Name, true)
 	r.Watcher.Trigger()
 	return nil
 }
@@ -170,6 +180,7 @@ func (r *Reconciler) syncTaint(ctx context.Context, node *v1.Node, sn *slurm.Nod
 	}
 	want := r.TaintEffect != "" && wantTaint(sn, have != nil)
 	if (have == nil && !want) || (want && have != nil && have.Effect == r.TaintEffect) {
+		r.lagDone(metrics.ToKubernetes, node.Name, false)
 		return nil
 	}
 	orig := node.DeepCopy()
@@ -190,6 +201,7 @@ func (r *Reconciler) syncTaint(ctx context.Context, node *v1.Node, sn *slurm.Nod
 	if err := r.Client.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("writing taint %s: %w", wellknown.SlurmDrainTaint, err)
 	}
+	r.lagDone(metrics.ToKubernetes, node.Name, true)
 	why := fmt.Sprintf("Slurm node %s is %s", sn.Name, strings.Join(sn.StateFlags(), "+"))
 	if sn.Reason != "" {
 		why += fmt.Sprintf(" (%q)", sn.Reason)
@@ -210,6 +222,7 @@ func (r *Reconciler) syncTaint(ctx context.Context, node *v1.Node, sn *slurm.Nod
 // drained it) and removed once idle: the watcher re-enqueues it when its jobs end. No job
 // is ever cancelled.
 func (r *Reconciler) reconcileDeleted(ctx context.Context, name string) error {
+	r.lagDone(metrics.ToKubernetes, name, false) // no node to taint
 	sn, ok := r.Watcher.Node(name)
 	if !ok {
 		r.markSeen(name, false)
@@ -266,6 +279,38 @@ func (r *Reconciler) clock() time.Time {
 	return time.Now()
 }
 
+// lagStart notes when a change to carry across was first noticed (later calls keep it).
+func (r *Reconciler) lagStart(direction, node string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.since == nil {
+		r.since = map[lagKey]time.Time{}
+	}
+	k := lagKey{direction, node}
+	if _, ok := r.since[k]; !ok {
+		r.since[k] = r.clock()
+	}
+}
+
+// lagDone ends a change: applied (the lag is observed) or found not needed.
+func (r *Reconciler) lagDone(direction, node string, applied bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := lagKey{direction, node}
+	if t, ok := r.since[k]; ok && applied {
+		metrics.DrainSyncLag.WithLabelValues(direction).Observe(r.clock().Sub(t).Seconds())
+	}
+	delete(r.since, k)
+}
+
+// noteSlurmChanges times each Slurm node change from the poll that saw it to its taint
+// (syncTaint), for metrics.DrainSyncLag.
+func (r *Reconciler) noteSlurmChanges(c slurm.Change) {
+	for _, name := range c.Nodes {
+		r.lagStart(metrics.ToKubernetes, name)
+	}
+}
+
 func (r *Reconciler) markSeen(name string, seen bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -309,6 +354,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.NotSyncedRetry = 2 * time.Second
 	}
 	nodeEvents := make(chan event.TypedGenericEvent[*v1.Node], 1024)
+	r.Watcher.OnChange(r.noteSlurmChanges)
 	r.Watcher.OnChange(func(c slurm.Change) {
 		names := c.Nodes
 		if c.Resync {

@@ -56,6 +56,7 @@ type Plugin struct {
 	permitTimeout time.Duration
 	// needsNodes holds jobs Slurm refused until its nodes change.
 	needsNodes *needsNodes
+	latency    *latency
 }
 
 var (
@@ -66,6 +67,7 @@ var (
 	_ fwk.ReservePlugin     = &Plugin{}
 	_ fwk.PermitPlugin      = &Plugin{}
 	_ fwk.PreBindPlugin     = &Plugin{}
+	_ fwk.PostBindPlugin    = &Plugin{}
 	_ fwk.EnqueueExtensions = &Plugin{}
 )
 
@@ -106,7 +108,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 // (tests, benchmarks); the caller runs the watcher.
 func NewWithClient(h fwk.Handle, c slurm.Client, w *slurm.Watcher, groups *workload.Resolver) *Plugin {
 	p := &Plugin{
-		handle: h, slurm: c, watcher: w, groups: groups, permitTimeout: defaultGroupPermitTimeout, needsNodes: newNeedsNodes(),
+		handle: h, slurm: c, watcher: w, groups: groups, permitTimeout: defaultGroupPermitTimeout, needsNodes: newNeedsNodes(), latency: newLatency(),
 		podLister: h.SharedInformerFactory().Core().V1().Pods().Lister(),
 	}
 	w.OnChange(p.activate)
@@ -333,6 +335,7 @@ func (p *Plugin) submit(ctx context.Context, pod *v1.Pod, group *workload.Group,
 		}
 		return nil, fwk.AsStatus(fmt.Errorf("submitting Slurm job: %w", err))
 	}
+	p.latency.submit(job.ID, time.Now())
 	p.watcher.Observe(job)
 	p.watcher.Trigger()
 	logger.V(2).Info("Submitted placeholder job", "pod", klog.KObj(pod), "job", job.ID, "group", spec.Group, "excluded", spec.ExcludedNodes)
@@ -376,6 +379,13 @@ func (p *Plugin) PreBind(_ context.Context, _ fwk.CycleState, pod *v1.Pod, nodeN
 	return nil
 }
 
+// PostBind times the pod's binding from its job's allocation (pkg/metrics).
+func (p *Plugin) PostBind(_ context.Context, _ fwk.CycleState, pod *v1.Pod, _ string) {
+	if job, ok := p.currentJob(pod); ok {
+		p.latency.bound(job.ID, time.Now())
+	}
+}
+
 // EventsToRegister: a pod waiting on Slurm is moved by the watcher (Activate), not by
 // cluster events; a change of the pod's own slurmjob annotations requeues it, and so does
 // a new pod of its group (the group may now be whole). Workload objects appearing or
@@ -403,6 +413,10 @@ func slurmAnnotationsChanged(_ klog.Logger, pod *v1.Pod, oldObj, newObj interfac
 // activate moves the waiting pods whose job changed back to the active queue; on a
 // resync, every pod of ours still waiting.
 func (p *Plugin) activate(change slurm.Change) {
+	now := time.Now()
+	for _, c := range change.Jobs {
+		p.latency.jobChanged(c, now)
+	}
 	pods := map[string]*v1.Pod{}
 	add := func(pod *v1.Pod) {
 		if p.waiting(pod) {
