@@ -452,6 +452,7 @@ func TestGroupExamplesRun(t *testing.T) {
 	for _, ex := range []struct{ file, selector string }{
 		{file: "podgroup.yaml", selector: workload.PodGroupLabel + "=train"},
 		{file: "job-gang.yaml", selector: batchv1.JobNameLabel + "=indexed"},
+		{file: "kubernetes-podgroup.yaml", selector: "app=wl"},
 	} {
 		t.Run(ex.file, func(t *testing.T) {
 			ns := namespace(t)

@@ -347,6 +347,8 @@ comp_cmd() {
         --authentication-kubeconfig="$RUN/admin.kubeconfig" --authorization-kubeconfig="$RUN/admin.kubeconfig"
         --bind-address=127.0.0.1 --secure-port=10257 --leader-elect=false
         "--controllers=*,-nodeipam,-nodelifecycle"
+        # Kubernetes' PodGroup API: its podgroup-protection controller lifts the finalizer on delete.
+        --feature-gates=GenericWorkload=true
         --service-account-private-key-file="$CERTS/sa.key" --root-ca-file="$CERTS/apiserver.crt"
         --use-service-account-credentials=false) ;;
     kwok)
