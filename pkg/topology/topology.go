@@ -87,6 +87,17 @@ func (c Config) BlockOf(labels, annotations map[string]string) (string, error) {
 // NodeTopology is the "<topology>:<block>" setting of a node in that block.
 func (c Config) NodeTopology(block string) string { return c.Name + ":" + block }
 
+// BlockOfSetting returns the block a node's own setting ("<topology>:<block>[,...]") names
+// in this topology, if any.
+func (c Config) BlockOfSetting(setting string) (string, bool) {
+	for _, part := range strings.Split(setting, ",") {
+		if name, block, ok := strings.Cut(part, ":"); ok && name == c.Name && block != "" {
+			return block, true
+		}
+	}
+	return "", false
+}
+
 // Node is what the topology needs of one node.
 type Node struct {
 	Name        string
@@ -114,10 +125,15 @@ type NodeError struct {
 }
 
 // Build places Kubernetes nodes by their labels, and nodes Slurm has but Kubernetes has
-// not (extraNodes) in the default block. Blocks are sorted by name, the default block
-// last; it is always there, even empty, so the file always names a usable block.
-func Build(c Config, nodes []Node, extraNodes []string) (Topology, []NodeError) {
+// not (extraNodes) in the default block. keepBlocks are kept, empty if no node is in them:
+// slurmctld exits on a reconfigure that drops a block a node's own setting still names.
+// Blocks are sorted by name, the default block last; it is always there, even empty, so
+// the file always names a usable block.
+func Build(c Config, nodes []Node, extraNodes, keepBlocks []string) (Topology, []NodeError) {
 	byBlock := map[string][]string{c.DefaultBlock: nil}
+	for _, b := range keepBlocks {
+		byBlock[b] = nil
+	}
 	seen := map[string]bool{}
 	var errs []NodeError
 	for _, n := range nodes {

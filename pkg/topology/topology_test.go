@@ -90,6 +90,7 @@ func TestBuildAndRender(t *testing.T) {
 		name   string
 		nodes  []Node
 		extra  []string
+		keep   []string
 		golden string
 		errs   []string
 	}{
@@ -110,10 +111,16 @@ func TestBuildAndRender(t *testing.T) {
 			golden: "invalid.yaml",
 			errs:   []string{"node-1"},
 		},
+		{
+			name:   "a block a node's own setting names is kept, empty",
+			nodes:  []Node{labelled("node-1", "c2")},
+			keep:   []string{"c1", "c2"},
+			golden: "kept.yaml",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			topo, errs := Build(config(), tt.nodes, tt.extra)
+			topo, errs := Build(config(), tt.nodes, tt.extra, tt.keep)
 			var errNodes []string
 			for _, e := range errs {
 				errNodes = append(errNodes, e.Node)
@@ -133,7 +140,7 @@ func TestBuildAndRender(t *testing.T) {
 }
 
 func TestBlockOfNode(t *testing.T) {
-	topo, _ := Build(config(), []Node{labelled("node-1", "c1"), {Name: "node-2"}}, nil)
+	topo, _ := Build(config(), []Node{labelled("node-1", "c1"), {Name: "node-2"}}, nil, nil)
 	b, ok := topo.BlockOfNode("node-1")
 	assert.True(t, ok)
 	assert.Equal(t, "c1", b)
@@ -141,4 +148,24 @@ func TestBlockOfNode(t *testing.T) {
 	assert.Equal(t, "unlabelled", b)
 	_, ok = topo.BlockOfNode("node-3")
 	assert.False(t, ok)
+}
+
+func TestBlockOfSetting(t *testing.T) {
+	c := config()
+	tests := []struct {
+		setting string
+		want    string
+		ok      bool
+	}{
+		{"kubeslurm:c1", "c1", true},
+		{"other:x,kubeslurm:c2", "c2", true},
+		{"other:x", "", false},
+		{"kubeslurm:", "", false},
+		{"", "", false},
+	}
+	for _, tt := range tests {
+		got, ok := c.BlockOfSetting(tt.setting)
+		assert.Equal(t, tt.want, got, tt.setting)
+		assert.Equal(t, tt.ok, ok, tt.setting)
+	}
 }

@@ -95,7 +95,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		byName[n.Name] = n
 		nodes = append(nodes, topology.Node{Name: n.Name, Labels: n.Labels, Annotations: n.Annotations})
 	}
-	topo, errs := topology.Build(r.Config, nodes, r.Nodes.NodeNames())
+	// Blocks that nodes' own settings name stay in the file until those settings are moved
+	// (below): slurmctld 26.05 exits (fatal) on a reconfigure that drops such a block.
+	var keep []string
+	for _, name := range r.Nodes.NodeNames() {
+		if n, ok := r.Nodes.Node(name); ok {
+			if b, ok := r.Config.BlockOfSetting(n.Topology); ok {
+				keep = append(keep, b)
+			}
+		}
+	}
+	topo, errs := topology.Build(r.Config, nodes, r.Nodes.NodeNames(), keep)
 	r.tellInvalid(byName, errs)
 	content, err := topo.Render()
 	if err != nil {
@@ -122,7 +132,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		r.tellMoved(byName, topo)
 	}
 
-	// A node's own setting overrides the file: bring it to its block (live, no reconfigure).
+	// A node's own setting overrides the file: bring it to its block (live, no reconfigure;
+	// the block exists now that Slurm has read the file). The block it leaves goes from
+	// the file on a later pass, once the watcher has seen the new setting.
 	var failed []error
 	for _, name := range r.Nodes.NodeNames() {
 		n, ok := r.Nodes.Node(name)

@@ -198,3 +198,21 @@ func TestInvalidBlockNameToldOnce(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, f.events(), "InvalidTopologyBlock")
 }
+
+func TestBlockNamedByANodeSettingKeptUntilTheSettingMoves(t *testing.T) {
+	f := newFixture(t, []string{"n1"}, node("n1", "a"))
+	f.r.MinReconfigureInterval = 0
+	f.slurm.nodes["n1"] = slurm.Node{Name: "n1", Topology: "kubeslurm:old"}
+	_, err := f.reconcile(t)
+	require.NoError(t, err)
+	content, _ := os.ReadFile(f.file)
+	assert.Contains(t, string(content), "- block: old\n", "slurmctld would exit on a reconfigure dropping it")
+	assert.Equal(t, []string{"n1=kubeslurm:a"}, f.slurm.sets)
+
+	// The watcher now shows the new setting: the old block goes.
+	_, err = f.reconcile(t)
+	require.NoError(t, err)
+	content, _ = os.ReadFile(f.file)
+	assert.NotContains(t, string(content), "old")
+	assert.Equal(t, 2, f.slurm.reconfigures)
+}
