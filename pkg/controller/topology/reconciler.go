@@ -66,7 +66,7 @@ type Reconciler struct {
 	mu sync.Mutex
 	// applied is the content slurmctld last re-read on our request; nil until the first
 	// reconfigure of this process, so a restarted controller makes Slurm read the file once.
-	applied []byte
+	applied         []byte
 	lastReconfigure time.Time
 	// blocks are the nodes' blocks as last applied, to tell each moved node.
 	blocks map[string]string
