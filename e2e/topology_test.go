@@ -129,6 +129,20 @@ func TestTopologyBlocksFromCliqueLabels(t *testing.T) {
 		got := slurmBlocks(t)
 		return slices.Contains(got[cliqueA], odd) && !slices.Contains(got[cliqueB], odd)
 	})
+
+	// Clique A empties while odd's own setting still names it: slurmctld exits on a
+	// reconfigure whose file lacks that block, so the block stays until the setting has
+	// moved, then goes; slurmctld stays up throughout (every scontrol below needs it).
+	for _, n := range a {
+		nodeKubectl(t, "label", "--overwrite", "node", n, cliqueLabel+"="+cliqueB)
+	}
+	eventually(t, topologyWait, "clique A gone, all 8 nodes in clique B", func() bool {
+		got := slurmBlocks(t)
+		_, hasA := got[cliqueA]
+		return !hasA && len(got[cliqueB]) == 8
+	})
+	assert.Contains(t, slurmCmd(t, "scontrol", "show", "node", odd), "Topology="+topologyName+":"+cliqueB)
+	assert.Contains(t, slurmCmd(t, "scontrol", "ping"), "is UP")
 }
 
 // 2. A node with no clique label is in the default block, so it can run jobs.
