@@ -133,7 +133,7 @@ func TestTopologyBlocksFromCliqueLabels(t *testing.T) {
 	// Clique A empties while odd's own setting still names it: slurmctld exits on a
 	// reconfigure whose file lacks that block, so the block stays until the setting has
 	// moved, then goes; slurmctld stays up throughout (every scontrol below needs it).
-	for _, n := range a {
+	for _, n := range append(slices.Clone(a), moved) {
 		nodeKubectl(t, "label", "--overwrite", "node", n, cliqueLabel+"="+cliqueB)
 	}
 	eventually(t, topologyWait, "clique A gone, all 8 nodes in clique B", func() bool {
