@@ -24,8 +24,10 @@ import (
 
 	nodecontroller "github.com/kubeslurm/kubeslurm/pkg/controller/node"
 	podcontroller "github.com/kubeslurm/kubeslurm/pkg/controller/pod"
+	topologycontroller "github.com/kubeslurm/kubeslurm/pkg/controller/topology"
 	"github.com/kubeslurm/kubeslurm/pkg/metrics"
 	"github.com/kubeslurm/kubeslurm/pkg/slurm"
+	"github.com/kubeslurm/kubeslurm/pkg/topology"
 	"github.com/kubeslurm/kubeslurm/pkg/webhook"
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
@@ -57,6 +59,9 @@ type options struct {
 	webhookCertDir    string
 	webhookCertSecret string
 	webhookCertHosts  []string
+	// Slurm block topology from node labels (pkg/controller/topology); off without a file.
+	topologyFile string
+	topology     topology.Config
 }
 
 func main() {
@@ -107,6 +112,17 @@ func newCommand() *cobra.Command {
 		"namespace/name of the Secret holding the webhook's CA and certificate (it must exist)")
 	f.StringSliceVar(&o.webhookCertHosts, "webhook-cert-hosts", []string{"kubeslurm-webhook.kubeslurm-system.svc"},
 		"DNS names or IP addresses the API server calls the webhook at")
+	f.StringVar(&o.topologyFile, "topology-file", "",
+		"topology.yaml in slurmctld's configuration directory: when set, the controller writes Slurm's block topology there from node labels and has slurmctld re-read it (empty: off)")
+	f.StringSliceVar(&o.topology.LabelKeys, "topology-label-keys", []string{"nvidia.com/gpu.clique"},
+		"node labels whose value names the node's Slurm block, the first present wins")
+	f.StringVar(&o.topology.Annotation, "topology-annotation", wellknown.TopologyBlockAnnotation,
+		"node annotation naming the node's Slurm block explicitly (wins over the labels)")
+	f.StringVar(&o.topology.Name, "topology-name", "kubeslurm", "name of the block topology in topology.yaml")
+	f.StringVar(&o.topology.DefaultBlock, "topology-default-block", "unlabelled",
+		"block of the nodes no label or annotation places (a node outside every block can run no job)")
+	f.IntSliceVar(&o.topology.BlockSizes, "topology-block-sizes", nil,
+		"Slurm's block_sizes, base block size first (each next one a power-of-two multiple); empty: Slurm's default")
 	for _, name := range []string{"slurmrestd-url", "slurm-jwt-key-file"} {
 		_ = cmd.MarkFlagRequired(name)
 	}
@@ -128,6 +144,13 @@ func run(ctx context.Context, o options) error {
 	// Served by the manager's metrics server (--metrics-bind-address).
 	if err := metrics.Register(ctrlmetrics.Registry); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
+	}
+	var topo *topology.Config
+	if o.topologyFile != "" {
+		if err := o.topology.Validate(); err != nil {
+			return fmt.Errorf("--topology-*: %w", err)
+		}
+		topo = &o.topology
 	}
 	restConfig, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
 	if err != nil {
@@ -171,8 +194,21 @@ func run(ctx context.Context, o options) error {
 		SchedulerName: o.schedulerName,
 		NotReadyGrace: o.notReadyGrace,
 		EvictionGuard: o.evictionGuard,
+		Topology:      topo,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up pod controller: %w", err)
+	}
+	if topo != nil {
+		if err := (&topologycontroller.Reconciler{
+			Client:   mgr.GetClient(),
+			Slurm:    slurmClient,
+			Nodes:    watcher,
+			Recorder: mgr.GetEventRecorder("kubeslurm-controller"),
+			Config:   *topo,
+			File:     o.topologyFile,
+		}).SetupWithManager(mgr, watcher); err != nil {
+			return fmt.Errorf("setting up topology controller: %w", err)
+		}
 	}
 	if o.syncNodes {
 		if err := (&nodecontroller.Reconciler{

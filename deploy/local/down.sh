@@ -52,4 +52,6 @@ if [ ${#mnts[@]} -gt 0 ]; then
   for m in "${mnts[@]}"; do umount -l "$m" || warn "could not unmount $m"; done
   [ -z "$(slurm_root_mounts)" ] || die "mounts remain under $SLURM_ROOT"
 fi
+# The controller's topology.yaml is derived state, like Slurm's (see lib.sh).
+rm -f "$TOPOLOGY_FILE"
 step "down: no component process, no process in the Slurm root, no mount under it"

@@ -24,6 +24,10 @@ SLURM_API_VERSION=v0.0.44
 SLURM_USER=slurm
 SLURM_NS=kubeslurm-system
 JWT_KEY_FILE=$RUN/slurm/jwt_hs256.key
+# Written by the controller from node labels (docs/topology.md); slurmctld reads it next to
+# slurm.conf. Derived state: removed with Slurm's state, so a cluster brought up from a tree
+# whose controller does not write it never reads a stale one.
+TOPOLOGY_FILE=$SLURM_ROOT/etc/slurm/topology.yaml
 
 # Start order; down.sh stops in reverse. slurmd-node-<i> sit between slurmrestd and scheduler.
 K8S_COMPONENTS=(etcd apiserver controller-manager kwok)
@@ -226,6 +230,7 @@ CONF
 slurm_clear_state() {
   local R=$SLURM_ROOT
   rm -rf "${R:?}/var/spool/slurmctld/"* "${R:?}/var/spool/slurmd/"* "${R:?}/tmp/slurm-"*.out
+  rm -f "$TOPOLOGY_FILE"
 }
 
 render_scheduler_config() {
@@ -380,7 +385,9 @@ comp_cmd() {
         --slurmrestd-url "$SLURMRESTD_URL" --slurm-user "$SLURM_USER" --slurm-jwt-key-file "$JWT_KEY_FILE"
         --metrics-bind-address 127.0.0.1:8081 --health-probe-bind-address 127.0.0.1:8082
         --webhook-host 127.0.0.1 --webhook-port 9443 --webhook-cert-hosts 127.0.0.1
-        --not-ready-grace-period 20s --drain-on-node-conditions GPUUnhealthy) ;;
+        --not-ready-grace-period 20s --drain-on-node-conditions GPUUnhealthy
+        # Slurm's block topology from the nodes' nvidia.com/gpu.clique labels (e2e topology test).
+        --topology-file "$TOPOLOGY_FILE" --topology-block-sizes 4) ;;
   esac
 }
 

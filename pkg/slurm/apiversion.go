@@ -24,6 +24,8 @@ type (
 	apiNode     = types.V0044Node
 	apiNodeList = types.V0044NodeList
 	apiPingList = types.V0044ControllerPingList
+	// apiReconfigure: reading it is slurmrestd's GET /slurm/v0.0.44/reconfigure.
+	apiReconfigure = types.V0044Reconfigure
 )
 
 // submitRequest renders a JobSpec as a placeholder job: an external job with no script,
@@ -151,7 +153,7 @@ func nodesFromAPI(in *apiNodeList) []Node {
 }
 
 func nodeFromAPI(in *apiNode) Node {
-	node := Node{Name: ptr.Deref(in.Name, ""), Reason: ptr.Deref(in.Reason, "")}
+	node := Node{Name: ptr.Deref(in.Name, ""), Reason: ptr.Deref(in.Reason, ""), Topology: ptr.Deref(in.Topology, "")}
 	for _, s := range ptr.Deref(in.State, nil) {
 		node.States = append(node.States, strings.ToUpper(string(s)))
 	}
@@ -177,4 +179,10 @@ func drainRequest(reason string) api.V0044UpdateNodeMsg {
 // overruling Slurm's own verdict on a node that stopped responding.
 func undrainRequest() api.V0044UpdateNodeMsg {
 	return api.V0044UpdateNodeMsg{State: &[]api.V0044UpdateNodeMsgState{api.V0044UpdateNodeMsgStateUNDRAIN}}
+}
+
+// topologyRequest sets a node's topology ("<topology>:<block>"), as scontrol's
+// `update nodename=X topology=...` does.
+func topologyRequest(topology string) api.V0044UpdateNodeMsg {
+	return api.V0044UpdateNodeMsg{TopologyStr: ptr.To(topology)}
 }

@@ -38,6 +38,12 @@ type Client interface {
 	// DeleteNode removes a dynamic node; slurmctld refuses a busy one. Deleting a node
 	// that is already gone is not an error.
 	DeleteNode(ctx context.Context, name string) error
+	// SetNodeTopology sets a node's own topology ("<topology>:<block>"), which overrides
+	// topology.yaml for that node, live (no reconfigure). The block must exist.
+	SetNodeTopology(ctx context.Context, name, topology string) error
+	// Reconfigure makes slurmctld (and every slurmd) re-read their configuration files,
+	// topology.yaml among them (GET /reconfigure).
+	Reconfigure(ctx context.Context) error
 }
 
 // Config says how to reach slurmrestd.
@@ -167,4 +173,12 @@ func (c *client) DeleteNode(ctx context.Context, name string) error {
 		return nil
 	}
 	return err
+}
+
+func (c *client) SetNodeTopology(ctx context.Context, name, topology string) error {
+	return classifyNode("set topology of node "+name, c.c.Update(ctx, nodeKey(name), topologyRequest(topology)))
+}
+
+func (c *client) Reconfigure(ctx context.Context) error {
+	return classify("reconfigure", c.c.Get(ctx, "", &apiReconfigure{}, &slurmclient.GetOptions{SkipCache: true}))
 }

@@ -25,10 +25,13 @@ const (
 	opDrainNode  = "drain_node"
 	opUndrain    = "undrain_node"
 	opDeleteNode = "delete_node"
+	opTopology   = "set_node_topology"
+	opReconfig   = "reconfigure"
 )
 
 var operations = []string{
 	opSubmit, opCancel, opNudge, opGetJob, opListJobs, opListNodes, opPing, opGetNode, opDrainNode, opUndrain, opDeleteNode,
+	opTopology, opReconfig,
 }
 
 // instrumented counts every call of the Client it wraps: the one place slurmrestd calls
@@ -117,6 +120,14 @@ func (c *instrumented) UndrainNode(ctx context.Context, name string) error {
 
 func (c *instrumented) DeleteNode(ctx context.Context, name string) error {
 	return observe(opDeleteNode, c.next.DeleteNode(ctx, name))
+}
+
+func (c *instrumented) SetNodeTopology(ctx context.Context, name, topology string) error {
+	return observe(opTopology, c.next.SetNodeTopology(ctx, name, topology))
+}
+
+func (c *instrumented) Reconfigure(ctx context.Context) error {
+	return observe(opReconfig, c.next.Reconfigure(ctx))
 }
 
 // stateCounts counts placeholder jobs by base state, for metrics.PlaceholderJobs.

@@ -141,6 +141,9 @@ type Node struct {
 	Name   string
 	States []string
 	Reason string
+	// Topology is the node's own topology setting ("<topology>:<block>", from slurmd's
+	// --conf Topology= or an update); empty when it follows topology.yaml.
+	Topology string
 }
 
 // Node state flags kubeslurm acts on (slurmrestd's node "state" list).
@@ -194,7 +197,7 @@ func (n *Node) StateFlags() []string {
 func (n *Node) StateString() string { return strings.Join(n.States, "+") }
 
 func (n *Node) equal(o *Node) bool {
-	return n.Reason == o.Reason && slices.Equal(n.States, o.States)
+	return n.Reason == o.Reason && slices.Equal(n.States, o.States) && n.Topology == o.Topology
 }
 
 // CamelCase turns a Slurm state name ("NOT_RESPONDING") into the CamelCase Kubernetes

@@ -28,6 +28,7 @@ import (
 
 	"github.com/kubeslurm/kubeslurm/pkg/slurm"
 	"github.com/kubeslurm/kubeslurm/pkg/slurmjob"
+	"github.com/kubeslurm/kubeslurm/pkg/topology"
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 	"github.com/kubeslurm/kubeslurm/pkg/workload"
 )
@@ -53,6 +54,9 @@ type Reconciler struct {
 	// EvictionGuard creates a PodDisruptionBudget per running placeholder job, so a drain
 	// waits for Slurm to finish the job instead of evicting the pod.
 	EvictionGuard bool
+	// Topology, when set, has each pod annotated with the Slurm block of its node
+	// (wellknown.TopologyBlockAnnotation), as the topology controller places it.
+	Topology *topology.Config
 	// now is the clock (tests replace it).
 	now func() time.Time
 	// workloads is told of a group member's changes (its phase counts in PodGroup status).
@@ -285,6 +289,9 @@ func (r *Reconciler) removePod(ctx context.Context, pod *v1.Pod, job *slurm.Job,
 // with an event on each transition.
 func (r *Reconciler) syncJobState(ctx context.Context, pod *v1.Pod, job *slurm.Job) error {
 	want := jobAnnotations(job, pod.UID)
+	if block := r.blockOf(ctx, pod, job); block != "" {
+		want[wellknown.TopologyBlockAnnotation] = block
+	}
 	before := map[string]string{}
 	changed := pod.Labels[wellknown.JobIDLabel] != want[wellknown.JobIDLabel]
 	for k, v := range want {
@@ -317,6 +324,28 @@ func (r *Reconciler) syncJobState(ctx context.Context, pod *v1.Pod, job *slurm.J
 		return nil
 	}
 	return r.patchConditions(ctx, pod, cond)
+}
+
+// blockOf is the Slurm block of the pod's node ("" when topology is off or the node is
+// not known yet).
+func (r *Reconciler) blockOf(ctx context.Context, pod *v1.Pod, job *slurm.Job) string {
+	if r.Topology == nil {
+		return ""
+	}
+	name := pod.Spec.NodeName
+	if n, ok := job.NodeForPod(slurmjob.RefOf(pod)); ok && job.Allocated() {
+		name = n
+	}
+	if name == "" {
+		return ""
+	}
+	var node v1.Node
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil {
+		return ""
+	}
+	// An unusable name puts the node in the default block; the topology controller says why.
+	block, _ := r.Topology.BlockOf(node.Labels, node.Annotations)
+	return block
 }
 
 func podCondition(pod *v1.Pod, t v1.PodConditionType) *v1.PodCondition {

@@ -22,6 +22,7 @@ import (
 	"github.com/kubeslurm/kubeslurm/pkg/slurm"
 	"github.com/kubeslurm/kubeslurm/pkg/slurm/slurmtest"
 	"github.com/kubeslurm/kubeslurm/pkg/slurmjob"
+	"github.com/kubeslurm/kubeslurm/pkg/topology"
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
 
@@ -338,4 +339,35 @@ func TestRequeuedJobEndsItsBoundPod(t *testing.T) {
 	require.NoError(t, err)
 	_, err = f.pod("w")
 	assert.NoError(t, err, "an unbound pod with a pending job is simply waiting")
+}
+
+func TestRunningPodAnnotatedWithItsNodesBlock(t *testing.T) {
+	pod := newPod("p", "n1", v1.PodRunning, "1")
+	n1 := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"nvidia.com/gpu.clique": "c7"}}}
+	f := newFixture(t, pod, n1)
+	f.r.Topology = &topology.Config{Name: "kubeslurm", LabelKeys: []string{"nvidia.com/gpu.clique"}, DefaultBlock: "unlabelled"}
+	id := f.submitFor(pod)
+	require.NoError(t, f.slurm.Allocate(id, "n1"))
+	f.poll()
+
+	_, err := f.reconcile("p")
+	require.NoError(t, err)
+	got, err := f.pod("p")
+	require.NoError(t, err)
+	assert.Equal(t, "c7", got.Annotations[wellknown.TopologyBlockAnnotation])
+}
+
+func TestNoBlockAnnotationWithTopologyOff(t *testing.T) {
+	pod := newPod("p", "n1", v1.PodRunning, "1")
+	f := newFixture(t, pod, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	id := f.submitFor(pod)
+	require.NoError(t, f.slurm.Allocate(id, "n1"))
+	f.poll()
+
+	_, err := f.reconcile("p")
+	require.NoError(t, err)
+	got, err := f.pod("p")
+	require.NoError(t, err)
+	assert.Equal(t, slurm.StateRunning, got.Annotations[wellknown.JobStateAnnotation])
+	assert.NotContains(t, got.Annotations, wellknown.TopologyBlockAnnotation)
 }
