@@ -391,9 +391,13 @@ func TestSbatchAndPodGroupCompeteInSlurmPriorityOrder(t *testing.T) {
 // of node-1 is held, so no group of every node can start, and the 1-CPU pods fill the rest.
 func TestPendingGroupsDoNotStarveSmallPods(t *testing.T) {
 	ns := namespace(t)
+	// 6 nodes of 4 CPUs: one CPU held by an sbatch job keeps every whole-cluster group out,
+	// and leaves room for all 20 single pods.
+	addNode(t, "node-5")
+	addNode(t, "node-6")
 	hold := sbatchJob(t, "-n1", "-w", nodes[0], "-t", "60", "-J", ns+"/hold", "--wrap", "sleep 3000")
 	waitJobState(t, hold, "RUNNING")
-	size := int32(len(nodes))
+	size := int32(len(nodes) + 2)
 	var groups [][]*v1.Pod
 	for g := 0; g < 10; g++ {
 		groups = append(groups, createPodGroup(t, ns, fmt.Sprintf("big%d", g), size,
@@ -408,7 +412,7 @@ func TestPendingGroupsDoNotStarveSmallPods(t *testing.T) {
 		}
 		return n == 10
 	})
-	small := 12
+	small := 20
 	var singles []*v1.Pod
 	for i := 0; i < small; i++ {
 		singles = append(singles, createPod(t, ns, fmt.Sprintf("small-%d", i),
