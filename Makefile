@@ -6,16 +6,21 @@ SHELL := /bin/bash
 BIN   := $(CURDIR)/bin
 GO    ?= go
 
-.PHONY: all build tools slurm-root up down status test unit e2e bench bench-e2e fmt vet clean
+.PHONY: all build helm tools slurm-root up down status test unit e2e bench bench-e2e fmt vet clean
 
 all: build
 
-## build: the scheduler and controller binaries into ./bin
+## build: the scheduler and controller binaries into ./bin, and the local cluster's pod runner
 build:
 	$(GO) build -o $(BIN)/kubeslurm-scheduler ./cmd/scheduler
 	$(GO) build -o $(BIN)/kubeslurm-controller ./cmd/controller
+	$(GO) build -o $(BIN)/kubeslurm-podrunner ./deploy/local/podrunner
 
-## tools: etcd, kube-apiserver, kube-controller-manager, kubectl, kwok (rebuilt only on version change)
+## helm: helm alone (rebuilt only on version change)
+helm:
+	deploy/local/build-tools.sh helm
+
+## tools: etcd, kube-apiserver, kube-controller-manager, kubectl, kwok, helm (rebuilt only on version change)
 tools:
 	deploy/local/build-tools.sh
 
@@ -34,9 +39,10 @@ down:
 status:
 	deploy/local/status.sh
 
-## unit: unit tests (no cluster needed)
-unit:
-	hack/check-manifests.sh
+## unit: unit tests (no cluster needed); charts/kubeslurm's lint and golden files
+## (UPDATE_GOLDEN=1 refreshes them, and manifests/ rendered from the chart)
+unit: helm
+	hack/chart.sh --check
 	hack/crds.sh --check
 	$(GO) test ./pkg/... ./cmd/...
 

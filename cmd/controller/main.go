@@ -55,6 +55,7 @@ type options struct {
 	webhookCertDir    string
 	webhookCertSecret string
 	webhookCertHosts  []string
+	webhookConfigName string
 }
 
 func main() {
@@ -105,6 +106,8 @@ func newCommand() *cobra.Command {
 		"namespace/name of the Secret holding the webhook's CA and certificate (it must exist)")
 	f.StringSliceVar(&o.webhookCertHosts, "webhook-cert-hosts", []string{"kubeslurm-webhook.kubeslurm-system.svc"},
 		"DNS names or IP addresses the API server calls the webhook at")
+	f.StringVar(&o.webhookConfigName, "webhook-configuration-name", wellknown.WebhookConfigurationName,
+		"name of the Validating- and MutatingWebhookConfiguration whose caBundle the controller keeps")
 	for _, name := range []string{"slurmrestd-url", "slurm-jwt-key-file"} {
 		_ = cmd.MarkFlagRequired(name)
 	}
@@ -184,7 +187,7 @@ func run(ctx context.Context, o options) error {
 	if o.webhook {
 		if err := webhook.Setup(mgr, webhook.Config{
 			SchedulerName: o.schedulerName, Host: o.webhookHost, Port: o.webhookPort, CertDir: o.webhookCertDir,
-			CertSecret: o.webhookCertSecret, CertHosts: o.webhookCertHosts,
+			CertSecret: o.webhookCertSecret, CertHosts: o.webhookCertHosts, ConfigurationName: o.webhookConfigName,
 		}); err != nil {
 			return fmt.Errorf("setting up the webhook: %w", err)
 		}
