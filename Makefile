@@ -44,7 +44,7 @@ status:
 unit: helm
 	hack/chart.sh --check
 	hack/crds.sh --check
-	$(GO) test ./pkg/... ./cmd/...
+	$(GO) test ./pkg/... ./cmd/... ./deploy/...
 
 ## e2e: end-to-end tests on the local cluster (brings it up if needed)
 e2e: up
