@@ -6,14 +6,20 @@ SHELL := /bin/bash
 BIN   := $(CURDIR)/bin
 GO    ?= go
 
-.PHONY: all build helm tools slurm-root up down status test unit e2e bench bench-e2e fmt vet clean
+.PHONY: all build scheduler controller podrunner helm tools slurm-root up down status test unit e2e bench bench-e2e fmt vet clean
 
 all: build
 
 ## build: the scheduler and controller binaries into ./bin, and the local cluster's pod runner
-build:
+build: scheduler controller podrunner
+
+## scheduler, controller: one binary each (Dockerfile.scheduler/.controller run these with
+## CGO_ENABLED=0 BIN=/out)
+scheduler:
 	$(GO) build -o $(BIN)/kubeslurm-scheduler ./cmd/scheduler
+controller:
 	$(GO) build -o $(BIN)/kubeslurm-controller ./cmd/controller
+podrunner:
 	$(GO) build -o $(BIN)/kubeslurm-podrunner ./deploy/local/podrunner
 
 ## helm: helm alone (rebuilt only on version change)
