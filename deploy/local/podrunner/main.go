@@ -34,6 +34,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 )
@@ -235,25 +236,28 @@ func (r *runner) registerNode(ctx context.Context) error {
 	want := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: r.node, Labels: map[string]string{
 		NodeLabel: "true", v1.LabelHostname: r.node, v1.LabelOSStable: "linux",
 	}}}
-	node, err := r.kube.CoreV1().Nodes().Create(ctx, want, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		node, err = r.kube.CoreV1().Nodes().Get(ctx, r.node, metav1.GetOptions{})
-	}
-	if err != nil {
+	if _, err := r.kube.CoreV1().Nodes().Create(ctx, want, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	now := metav1.Now()
-	node.Status = v1.NodeStatus{
-		Capacity: capacity, Allocatable: capacity,
-		Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "127.0.0.1"}, {Type: v1.NodeHostName, Address: r.node}},
-		Conditions: []v1.NodeCondition{{
-			Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "PodRunnerReady",
-			Message: "kubeslurm-podrunner runs this node's pods as host processes", LastHeartbeatTime: now, LastTransitionTime: now,
-		}},
-		NodeInfo: v1.NodeSystemInfo{OperatingSystem: "linux", Architecture: "amd64", KubeletVersion: "kubeslurm-podrunner"},
-	}
-	_, err = r.kube.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
-	return err
+	// The node's controllers write to it as soon as it exists: read it again on a conflict.
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := r.kube.CoreV1().Nodes().Get(ctx, r.node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.Now()
+		node.Status = v1.NodeStatus{
+			Capacity: capacity, Allocatable: capacity,
+			Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "127.0.0.1"}, {Type: v1.NodeHostName, Address: r.node}},
+			Conditions: []v1.NodeCondition{{
+				Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "PodRunnerReady",
+				Message: "kubeslurm-podrunner runs this node's pods as host processes", LastHeartbeatTime: now, LastTransitionTime: now,
+			}},
+			NodeInfo: v1.NodeSystemInfo{OperatingSystem: "linux", Architecture: "amd64", KubeletVersion: "kubeslurm-podrunner"},
+		}
+		_, err = r.kube.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 // shutdown stops every process and removes the node (its pods are then orphans, which the
