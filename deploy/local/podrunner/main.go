@@ -104,6 +104,8 @@ func run(kubeconfig, node, binDir, stateDir, apiHost, apiPort string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// Whatever ends the runner, its processes stop and its node goes.
+	defer r.shutdown()
 	if err := r.registerNode(ctx); err != nil {
 		return fmt.Errorf("registering node %s: %w", node, err)
 	}
@@ -125,10 +127,14 @@ func run(kubeconfig, node, binDir, stateDir, apiHost, apiPort string) error {
 		return fmt.Errorf("pod informer did not sync")
 	}
 	klog.InfoS("pod runner ready", "node", node, "binDir", binDir, "stateDir", stateDir)
-	go wait.UntilWithContext(ctx, r.worker, time.Second)
+	workerDone := make(chan struct{})
+	go func() {
+		defer close(workerDone)
+		wait.UntilWithContext(ctx, r.worker, time.Second)
+	}()
 	<-ctx.Done()
 	r.queue.ShutDown()
-	r.shutdown()
+	<-workerDone // no pod starts after this; shutdown stops those that did
 	return nil
 }
 
