@@ -73,10 +73,13 @@ func TestHelmInstall(t *testing.T) {
 	t.Cleanup(func() {
 		out, err := runHelm(helmEnv, "uninstall", helmRelease, "--namespace", helmNamespace, "--wait", "--timeout", "2m")
 		assert.NoError(t, err, "helm uninstall: %s", out)
-		for _, kind := range []string{"validatingwebhookconfiguration", "mutatingwebhookconfiguration"} {
-			out, err := runCmd(filepath.Join(runDir, "bin", "kubectl"), "get", kind, helmRelease, "--ignore-not-found", "-o", "name")
-			assert.NoError(t, err, out)
-			assert.Empty(t, out, "helm uninstall left the %s", kind)
+		_, err = kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, helmRelease, metav1.GetOptions{})
+		assert.True(t, apierrors.IsNotFound(err), "helm uninstall left the ValidatingWebhookConfiguration: %v", err)
+		_, err = kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, helmRelease, metav1.GetOptions{})
+		assert.True(t, apierrors.IsNotFound(err), "helm uninstall left the MutatingWebhookConfiguration: %v", err)
+		for _, name := range []string{helmRelease + "-scheduler", helmRelease + "-controller"} {
+			_, err = kube.RbacV1().ClusterRoles().Get(ctx, name, metav1.GetOptions{})
+			assert.True(t, apierrors.IsNotFound(err), "helm uninstall left the ClusterRole %s: %v", name, err)
 		}
 		require.NoError(t, kube.CoreV1().Namespaces().Delete(ctx, helmNamespace, metav1.DeleteOptions{}))
 	})
@@ -85,8 +88,10 @@ func TestHelmInstall(t *testing.T) {
 	for _, v := range helmValues {
 		args = append(args, "--set", v)
 	}
+	start := time.Now()
 	out, err := runHelm(helmEnv, args...)
 	require.NoError(t, err, "helm install: %s", out)
+	t.Logf("helm install --wait: both Deployments available after %s", time.Since(start).Round(100*time.Millisecond))
 
 	// Both Deployments' pods run on the runner's node and are ready (helm --wait saw the
 	// Deployments available; this names the pods).
@@ -116,6 +121,7 @@ func TestHelmInstall(t *testing.T) {
 	require.True(t, ok, "job of %s not in squeue", p.Name)
 	assert.Equal(t, p.Spec.NodeName, job.Nodes)
 	assert.Equal(t, ns+"/"+p.Name, job.Name)
+	t.Logf("%s bound to %s, Slurm job %d %s on %s", p.Name, p.Spec.NodeName, job.ID, job.State, job.Nodes)
 	eventually(t, 60*time.Second, "the controller writes the job's state onto the pod", func() bool {
 		return getPod(t, ns, p.Name).Annotations[wellknown.JobStateAnnotation] != ""
 	})
