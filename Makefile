@@ -6,16 +6,28 @@ SHELL := /bin/bash
 BIN   := $(CURDIR)/bin
 GO    ?= go
 
-.PHONY: all build tools slurm-root up down status test unit e2e bench bench-e2e fmt vet clean
+.PHONY: all build scheduler controller podrunner helm tools slurm-root up down status test unit e2e bench bench-e2e fmt vet clean
 
 all: build
 
-## build: the scheduler and controller binaries into ./bin
-build:
-	$(GO) build -o $(BIN)/kubeslurm-scheduler ./cmd/scheduler
-	$(GO) build -o $(BIN)/kubeslurm-controller ./cmd/controller
+## build: the scheduler and controller binaries into ./bin, and the local cluster's pod runner
+build: scheduler controller podrunner
 
-## tools: etcd, kube-apiserver, kube-controller-manager, kubectl, kwok, the JobSet and LWS controllers (rebuilt only on version change)
+## scheduler, controller: one binary each (Dockerfile.scheduler/.controller run these with
+## CGO_ENABLED=0 BIN=/out)
+scheduler:
+	$(GO) build -o $(BIN)/kubeslurm-scheduler ./cmd/scheduler
+controller:
+	$(GO) build -o $(BIN)/kubeslurm-controller ./cmd/controller
+podrunner:
+	$(GO) build -o $(BIN)/kubeslurm-podrunner ./deploy/local/podrunner
+
+## helm: helm alone (rebuilt only on version change)
+helm:
+	deploy/local/build-tools.sh helm
+
+## tools: etcd, kube-apiserver, kube-controller-manager, kubectl, kwok, helm, the JobSet and LWS controllers
+## (rebuilt only on version change)
 tools:
 	deploy/local/build-tools.sh
 
@@ -34,11 +46,12 @@ down:
 status:
 	deploy/local/status.sh
 
-## unit: unit tests (no cluster needed)
-unit:
-	hack/check-manifests.sh
+## unit: unit tests (no cluster needed); charts/kubeslurm's lint and golden files
+## (UPDATE_GOLDEN=1 refreshes them, and manifests/ rendered from the chart)
+unit: helm
+	hack/chart.sh --check
 	hack/crds.sh --check
-	$(GO) test ./pkg/... ./cmd/...
+	$(GO) test ./pkg/... ./cmd/... ./deploy/...
 
 ## e2e: end-to-end tests on the local cluster (brings it up if needed)
 e2e: up

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # crds.sh [--check] — the third-party CRDs kubeslurm reads, copied from the Go modules that
-# define them (pinned in go.mod), into manifests/crds/. --check fails when a copy differs.
+# define them (pinned in go.mod), into manifests/crds/ and charts/kubeslurm/crds/ (helm installs
+# them first). --check fails when a copy differs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 declare -A crds=(
@@ -11,11 +12,13 @@ for name in "${!crds[@]}"; do
   read -r module path <<<"${crds[$name]}"
   src="$(go list -m -f '{{.Dir}}' "$module")/$path"
   [ -f "$src" ] || go mod download "$module"
-  if [ "${1:-}" = --check ]; then
-    cmp -s "$src" "manifests/crds/$name" || { echo "manifests/crds/$name differs from $module's $path; run hack/crds.sh" >&2; rc=1; }
-  else
-    install -m 0644 "$src" "manifests/crds/$name"
-  fi
+  for dir in manifests/crds charts/kubeslurm/crds; do
+    if [ "${1:-}" = --check ]; then
+      cmp -s "$src" "$dir/$name" || { echo "$dir/$name differs from $module's $path; run hack/crds.sh" >&2; rc=1; }
+    else
+      install -m 0644 "$src" "$dir/$name"
+    fi
+  done
 done
-[ $rc -eq 0 ] && [ "${1:-}" = --check ] && echo "ok: manifests/crds match their modules"
+[ $rc -eq 0 ] && [ "${1:-}" = --check ] && echo "ok: manifests/crds and charts/kubeslurm/crds match their modules"
 exit $rc

@@ -60,8 +60,9 @@ type options struct {
 	webhookCertSecret string
 	webhookCertHosts  []string
 	// Slurm block topology from node labels (pkg/controller/topology); off without a file.
-	topologyFile string
-	topology     topology.Config
+	topologyFile      string
+	topology          topology.Config
+	webhookConfigName string
 }
 
 func main() {
@@ -123,6 +124,8 @@ func newCommand() *cobra.Command {
 		"block of the nodes no label or annotation places (a node outside every block can run no job)")
 	f.IntSliceVar(&o.topology.BlockSizes, "topology-block-sizes", nil,
 		"Slurm's block_sizes, base block size first (each next one a power-of-two multiple); empty: Slurm's default")
+	f.StringVar(&o.webhookConfigName, "webhook-configuration-name", wellknown.WebhookConfigurationName,
+		"name of the Validating- and MutatingWebhookConfiguration whose caBundle the controller keeps")
 	for _, name := range []string{"slurmrestd-url", "slurm-jwt-key-file"} {
 		_ = cmd.MarkFlagRequired(name)
 	}
@@ -226,7 +229,7 @@ func run(ctx context.Context, o options) error {
 	if o.webhook {
 		if err := webhook.Setup(mgr, webhook.Config{
 			SchedulerName: o.schedulerName, Host: o.webhookHost, Port: o.webhookPort, CertDir: o.webhookCertDir,
-			CertSecret: o.webhookCertSecret, CertHosts: o.webhookCertHosts,
+			CertSecret: o.webhookCertSecret, CertHosts: o.webhookCertHosts, ConfigurationName: o.webhookConfigName,
 		}); err != nil {
 			return fmt.Errorf("setting up the webhook: %w", err)
 		}

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the local cluster's Kubernetes tools from Go modules into ./bin.
+# build-tools.sh [helm] — builds the local cluster's Kubernetes tools from Go modules into ./bin
+# (with `helm`: only helm, which `make unit` needs).
 # Each tool is rebuilt only when its pinned version (deploy/local/versions.env) changes:
 # a stamp file beside the binary records the version it was built from. Go's module and
 # build caches stay in their default places so a later run on this machine reuses them.
@@ -14,6 +15,13 @@ step() { printf '==> %s\n' "$*"; }
 # fresh NAME VERSION: true when bin/NAME exists and was built from VERSION.
 fresh() { [ -x "$bin/$1" ] && [ "$(cat "$bin/.$1.version" 2>/dev/null)" = "$2" ]; }
 stamp() { echo "$2" >"$bin/.$1.version"; }
+
+if ! fresh helm "$HELM_VERSION"; then
+  step "building helm $HELM_VERSION"
+  GOBIN="$bin" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  stamp helm "$HELM_VERSION"
+fi
+[ "${1:-}" != helm ] || exit 0
 
 k8s_tools=(kube-apiserver kube-controller-manager kubectl)
 need=()

@@ -31,6 +31,9 @@ type Config struct {
 	// CertSecret is the Secret's namespace/name.
 	CertSecret string
 	CertHosts  []string
+	// ConfigurationName names both webhook configurations whose caBundle the CertManager
+	// keeps (empty: wellknown.WebhookConfigurationName).
+	ConfigurationName string
 }
 
 // Setup adds the webhook server (and, without CertDir, its CertManager) to mgr, and a
@@ -49,11 +52,15 @@ func Setup(mgr manager.Manager, c Config) error {
 		if len(c.CertHosts) == 0 {
 			return fmt.Errorf("no host names for the webhook certificate")
 		}
+		configName := c.ConfigurationName
+		if configName == "" {
+			configName = wellknown.WebhookConfigurationName
+		}
 		certs := &CertManager{
 			Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(),
 			Secret:            types.NamespacedName{Namespace: ns, Name: name},
 			Hosts:             c.CertHosts,
-			ConfigurationName: wellknown.WebhookConfigurationName,
+			ConfigurationName: configName,
 		}
 		if err := mgr.Add(certs); err != nil {
 			return err

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// The container's process is started as `kubeslurm-podrunner exec [--bind SRC:DST[:ro]]...
+// [--user UID:GID[:G1,G2...]] [--dir DIR] -- PROGRAM ARGS...` in a new mount namespace
+// (Go makes its mounts private: nothing reaches the host's). It bind-mounts the pod's
+// volumes where the container mounts them, drops to the pod's user and execs PROGRAM, so
+// the process sees /var/run/secrets/kubernetes.io/serviceaccount and the like as in a pod.
+
+type bind struct {
+	Src, Dst string
+	RO       bool
+}
+
+func (b bind) String() string {
+	s := b.Src + ":" + b.Dst
+	if b.RO {
+		s += ":ro"
+	}
+	return s
+}
+
+func parseBind(s string) (bind, error) {
+	f := strings.Split(s, ":")
+	switch {
+	case len(f) == 2:
+		return bind{Src: f[0], Dst: f[1]}, nil
+	case len(f) == 3 && f[2] == "ro":
+		return bind{Src: f[0], Dst: f[1], RO: true}, nil
+	}
+	return bind{}, fmt.Errorf("--bind %q: want SRC:DST[:ro]", s)
+}
+
+type user struct {
+	UID, GID uint32
+	Groups   []uint32
+}
+
+func (u user) String() string {
+	s := fmt.Sprintf("%d:%d", u.UID, u.GID)
+	if len(u.Groups) > 0 {
+		g := make([]string, len(u.Groups))
+		for i, id := range u.Groups {
+			g[i] = strconv.FormatUint(uint64(id), 10)
+		}
+		s += ":" + strings.Join(g, ",")
+	}
+	return s
+}
+
+func parseUser(s string) (*user, error) {
+	f := strings.Split(s, ":")
+	if len(f) < 2 || len(f) > 3 {
+		return nil, fmt.Errorf("--user %q: want UID:GID[:G1,G2...]", s)
+	}
+	parts := []string{f[0], f[1]}
+	if len(f) == 3 && f[2] != "" {
+		parts = append(parts, strings.Split(f[2], ",")...)
+	}
+	ids := make([]uint32, len(parts))
+	for i, p := range parts {
+		n, err := strconv.ParseUint(p, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("--user %q: %w", s, err)
+		}
+		ids[i] = uint32(n)
+	}
+	return &user{UID: ids[0], GID: ids[1], Groups: ids[2:]}, nil
+}
+
+// execMain is the `exec` subcommand; it returns only on failure.
+func execMain(args []string) error {
+	var binds []bind
+	var u *user
+	dir := "/"
+	for len(args) > 0 && args[0] != "--" {
+		if len(args) < 2 {
+			return fmt.Errorf("exec: %s needs a value", args[0])
+		}
+		var err error
+		switch args[0] {
+		case "--bind":
+			var b bind
+			b, err = parseBind(args[1])
+			binds = append(binds, b)
+		case "--user":
+			u, err = parseUser(args[1])
+		case "--dir":
+			dir = args[1]
+		default:
+			err = fmt.Errorf("exec: unknown option %s", args[0])
+		}
+		if err != nil {
+			return err
+		}
+		args = args[2:]
+	}
+	if len(args) < 2 {
+		return fmt.Errorf("exec: no program after --")
+	}
+	for _, b := range binds {
+		if err := mountBind(b); err != nil {
+			return err
+		}
+	}
+	if u != nil {
+		// Go applies these to every thread of the process.
+		if err := syscall.Setgroups(intIDs(u.Groups)); err != nil {
+			return fmt.Errorf("setgroups: %w", err)
+		}
+		if err := syscall.Setgid(int(u.GID)); err != nil {
+			return fmt.Errorf("setgid: %w", err)
+		}
+		if err := syscall.Setuid(int(u.UID)); err != nil {
+			return fmt.Errorf("setuid: %w", err)
+		}
+	}
+	if err := os.Chdir(dir); err != nil {
+		return err
+	}
+	return syscall.Exec(args[1], args[1:], os.Environ())
+}
+
+func intIDs(ids []uint32) []int {
+	out := make([]int, len(ids))
+	for i, id := range ids {
+		out[i] = int(id)
+	}
+	return out
+}
+
+// mountBind bind-mounts b.Src on b.Dst, making the mount point (a directory, or an empty
+// file for a file) when it is missing: mount points made on the host stay there, empty.
+func mountBind(b bind) error {
+	st, err := os.Stat(b.Src)
+	if err != nil {
+		return err
+	}
+	if st.IsDir() {
+		err = os.MkdirAll(b.Dst, 0o755)
+	} else if _, err = os.Stat(b.Dst); os.IsNotExist(err) {
+		if err = os.MkdirAll(filepath.Dir(b.Dst), 0o755); err == nil {
+			var f *os.File
+			if f, err = os.OpenFile(b.Dst, os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+				err = f.Close()
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("mount point %s: %w", b.Dst, err)
+	}
+	if err := unix.Mount(b.Src, b.Dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s on %s: %w", b.Src, b.Dst, err)
+	}
+	if b.RO {
+		if err := unix.Mount("", b.Dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+			return fmt.Errorf("read-only %s: %w", b.Dst, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// image is one image the runner can run: its repository (matched with any registry in
+// front, and any tag or digest), the entrypoint its Dockerfile sets, and the program in
+// bin/ that stands for it.
+type image struct {
+	Repository string
+	Entrypoint string
+	Program    string
+}
+
+// images is the table of every image the runner plays kubelet for: Dockerfile.scheduler
+// and Dockerfile.controller. A pod with any other image is left alone.
+var images = []image{
+	{Repository: "kubeslurm/scheduler", Entrypoint: "/kubeslurm-scheduler", Program: "kubeslurm-scheduler"},
+	{Repository: "kubeslurm/controller", Entrypoint: "/kubeslurm-controller", Program: "kubeslurm-controller"},
+}
+
+// repository is ref without its tag or digest.
+func repository(ref string) string {
+	if i := strings.IndexByte(ref, '@'); i >= 0 {
+		ref = ref[:i]
+	}
+	if i := strings.LastIndexByte(ref, ':'); i > strings.LastIndexByte(ref, '/') {
+		ref = ref[:i]
+	}
+	return ref
+}
+
+// lookupImage finds ref's table entry.
+func lookupImage(ref string) (image, bool) {
+	repo := repository(ref)
+	for _, im := range images {
+		if repo == im.Repository || strings.HasSuffix(repo, "/"+im.Repository) {
+			return im, true
+		}
+	}
+	return image{}, false
+}
+
+// ours: every container of the pod has an image of the table.
+func ours(pod *v1.Pod) bool {
+	if len(pod.Spec.InitContainers) > 0 || len(pod.Spec.Containers) == 0 {
+		return false
+	}
+	for _, c := range pod.Spec.Containers {
+		if _, ok := lookupImage(c.Image); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// commandLine is the host command line of container c: the image's program in binDir with
+// c's args, or c's command when it names the image's entrypoint.
+func commandLine(binDir string, c *v1.Container) ([]string, error) {
+	im, ok := lookupImage(c.Image)
+	if !ok {
+		return nil, fmt.Errorf("image %s is not in the runner's table", c.Image)
+	}
+	args := c.Args
+	if len(c.Command) > 0 {
+		if c.Command[0] != im.Entrypoint {
+			return nil, fmt.Errorf("command %q: only the image's entrypoint %s can run", c.Command[0], im.Entrypoint)
+		}
+		args = append(append([]string{}, c.Command[1:]...), c.Args...)
+	}
+	return append([]string{filepath.Join(binDir, im.Program)}, args...), nil
+}

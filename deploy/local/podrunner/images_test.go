@@ -1,0 +1,79 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	v1 "k8s.io/api/core/v1"
+)
+
+func TestLookupImage(t *testing.T) {
+	for _, tc := range []struct {
+		ref, program string
+	}{
+		{"kubeslurm/scheduler", "kubeslurm-scheduler"},
+		{"kubeslurm/scheduler:latest", "kubeslurm-scheduler"},
+		{"registry.example:5000/team/kubeslurm/controller:v1@sha256:abc", "kubeslurm-controller"},
+		{"kubeslurm/scheduler-extra:1", ""},
+		{"notkubeslurm/scheduler", ""},
+		{"busybox", ""},
+	} {
+		im, ok := lookupImage(tc.ref)
+		assert.Equal(t, tc.program != "", ok, tc.ref)
+		assert.Equal(t, tc.program, im.Program, tc.ref)
+	}
+}
+
+func TestCommandLine(t *testing.T) {
+	c := &v1.Container{Image: "kubeslurm/controller:x", Args: []string{"--a"}}
+	got, err := commandLine("/b", c)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/b/kubeslurm-controller", "--a"}, got)
+
+	c.Command = []string{"/kubeslurm-controller", "--c"}
+	got, err = commandLine("/b", c)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/b/kubeslurm-controller", "--c", "--a"}, got)
+
+	c.Command = []string{"/bin/sh"}
+	_, err = commandLine("/b", c)
+	assert.ErrorContains(t, err, "only the image's entrypoint")
+
+	_, err = commandLine("/b", &v1.Container{Image: "busybox"})
+	assert.ErrorContains(t, err, "not in the runner's table")
+}
+
+func TestOurs(t *testing.T) {
+	pod := func(images ...string) *v1.Pod {
+		p := &v1.Pod{}
+		for _, im := range images {
+			p.Spec.Containers = append(p.Spec.Containers, v1.Container{Image: im})
+		}
+		return p
+	}
+	assert.True(t, ours(pod("kubeslurm/scheduler:1")))
+	assert.True(t, ours(pod("kubeslurm/scheduler:1", "kubeslurm/controller:1")))
+	assert.False(t, ours(pod("kubeslurm/scheduler:1", "busybox")))
+	assert.False(t, ours(pod()))
+}
+
+func TestParseUserAndBind(t *testing.T) {
+	u, err := parseUser("65532:65532:1,2")
+	require.NoError(t, err)
+	assert.Equal(t, user{UID: 65532, GID: 65532, Groups: []uint32{1, 2}}, *u)
+	assert.Equal(t, "65532:65532:1,2", u.String())
+	u, err = parseUser("0:0")
+	require.NoError(t, err)
+	assert.Equal(t, "0:0", u.String())
+	for _, bad := range []string{"1", "a:1", "1:2:x", "1:2:3:4"} {
+		_, err := parseUser(bad)
+		assert.Error(t, err, bad)
+	}
+	b, err := parseBind("/s:/d:ro")
+	require.NoError(t, err)
+	assert.Equal(t, bind{Src: "/s", Dst: "/d", RO: true}, b)
+	assert.Equal(t, "/s:/d:ro", b.String())
+	_, err = parseBind("/s")
+	assert.Error(t, err)
+}

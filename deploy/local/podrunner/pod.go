@@ -1,0 +1,516 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+)
+
+// podRun is one pod bound to the runner's node while it runs: its volumes on disk, one
+// process per container, and the status last reported.
+type podRun struct {
+	r      *runner
+	pod    *v1.Pod // as it was when started (the spec of a pod does not change)
+	uid    types.UID
+	dir    string
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	prepared   bool
+	startedAt  metav1.Time
+	containers []*container
+	reported   *v1.PodStatus
+}
+
+type container struct {
+	spec      v1.Container
+	proc      *exec.Cmd
+	exited    chan struct{}
+	exitCode  int
+	startedAt metav1.Time
+	ready     bool
+	restarts  int32
+	lastTerm  *v1.ContainerStateTerminated
+	waiting   *v1.ContainerStateWaiting
+	nextStart time.Time
+	// probe bookkeeping
+	readyFails, liveFails int
+	nextReady, nextLive   time.Time
+}
+
+// startPodRun starts running pod until ctx ends or stop is called.
+func startPodRun(ctx context.Context, r *runner, pod *v1.Pod) *podRun {
+	ctx, cancel := context.WithCancel(ctx)
+	pr := &podRun{r: r, pod: pod.DeepCopy(), uid: pod.UID, done: make(chan struct{}), cancel: cancel,
+		dir: filepath.Join(r.stateDir, "pods", string(pod.UID))}
+	for _, c := range pod.Spec.Containers {
+		pr.containers = append(pr.containers, &container{spec: c,
+			waiting: &v1.ContainerStateWaiting{Reason: "ContainerCreating"}})
+	}
+	go pr.run(ctx)
+	return pr
+}
+
+// stop ends the pod's processes (SIGTERM, the grace period, SIGKILL) and waits for that.
+func (pr *podRun) stop() {
+	pr.cancel()
+	<-pr.done
+}
+
+func (pr *podRun) run(ctx context.Context) {
+	defer close(pr.done)
+	defer pr.killAll()
+	pr.startedAt = metav1.Now()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		pr.step(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// step: volumes until they are ready, then (re)start containers by the restart policy,
+// probe, and report the status when it changed.
+func (pr *podRun) step(ctx context.Context) {
+	if !pr.prepared {
+		if err := pr.prepareVolumes(ctx); err != nil {
+			for _, c := range pr.containers {
+				c.waiting = &v1.ContainerStateWaiting{Reason: "ContainerCreating", Message: err.Error()}
+			}
+			klog.V(2).InfoS("volumes not ready", "pod", klog.KObj(pr.pod), "err", err)
+		} else {
+			pr.prepared = true
+		}
+	}
+	now := time.Now()
+	for _, c := range pr.containers {
+		if c.proc != nil {
+			select {
+			case <-c.exited:
+				pr.ended(c, now)
+			default:
+			}
+		}
+		if pr.prepared && c.proc == nil && pr.shouldStart(c) && !now.Before(c.nextStart) {
+			if err := pr.start(c); err != nil {
+				c.waiting = &v1.ContainerStateWaiting{Reason: "CreateContainerError", Message: err.Error()}
+				c.nextStart = now.Add(10 * time.Second)
+			}
+		}
+		if c.proc != nil {
+			pr.probe(c, now)
+		}
+	}
+	pr.report(ctx)
+}
+
+func (pr *podRun) shouldStart(c *container) bool {
+	if c.lastTerm == nil {
+		return true
+	}
+	switch pr.pod.Spec.RestartPolicy {
+	case v1.RestartPolicyNever:
+		return false
+	case v1.RestartPolicyOnFailure:
+		return c.lastTerm.ExitCode != 0
+	}
+	return true
+}
+
+func (pr *podRun) ended(c *container, now time.Time) {
+	reason := "Completed"
+	if c.exitCode != 0 {
+		reason = "Error"
+	}
+	c.lastTerm = &v1.ContainerStateTerminated{ExitCode: int32(c.exitCode), Reason: reason,
+		StartedAt: c.startedAt, FinishedAt: metav1.NewTime(now), ContainerID: containerID(c.proc)}
+	klog.InfoS("container exited", "pod", klog.KObj(pr.pod), "container", c.spec.Name, "exitCode", c.exitCode)
+	c.proc, c.ready = nil, false
+	if pr.shouldStart(c) {
+		// Back off as a kubelet does: 10 s, doubling, at most 5 min.
+		backoff := 10 * time.Second << min(c.restarts, 5)
+		c.nextStart = now.Add(min(backoff, 5*time.Minute))
+		c.waiting = &v1.ContainerStateWaiting{Reason: "CrashLoopBackOff",
+			Message: fmt.Sprintf("back-off %s restarting failed container", backoff)}
+	}
+}
+
+func containerID(p *exec.Cmd) string {
+	if p == nil || p.Process == nil {
+		return ""
+	}
+	return "podrunner://" + strconv.Itoa(p.Process.Pid)
+}
+
+// start runs container c: `kubeslurm-podrunner exec` in a new mount namespace, which mounts
+// the volumes, drops to the pod's user and execs the image's program.
+func (pr *podRun) start(c *container) error {
+	cmdline, err := commandLine(pr.r.binDir, &c.spec)
+	if err != nil {
+		return err
+	}
+	env, err := pr.env(&c.spec)
+	if err != nil {
+		return err
+	}
+	args := []string{"exec"}
+	for _, m := range c.spec.VolumeMounts {
+		args = append(args, "--bind", bind{Src: filepath.Join(pr.volumeDir(m.Name), m.SubPath), Dst: m.MountPath, RO: m.ReadOnly}.String())
+	}
+	args = append(args, "--user", pr.user(&c.spec).String())
+	if c.spec.WorkingDir != "" {
+		args = append(args, "--dir", c.spec.WorkingDir)
+	}
+	args = append(append(args, "--"), cmdline...)
+	logDir := filepath.Join(pr.r.stateDir, "logs")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return err
+	}
+	log, err := os.OpenFile(filepath.Join(logDir, fmt.Sprintf("%s_%s_%s.log", pr.pod.Namespace, pr.pod.Name, c.spec.Name)),
+		os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	fmt.Fprintf(log, "\n===== %s: starting %v\n", time.Now().Format(time.RFC3339), cmdline)
+	cmd := exec.Command(pr.r.self, args...)
+	cmd.Env, cmd.Stdout, cmd.Stderr = env, log, log
+	// CLONE_NEWNS: Go also makes every mount of the new namespace private.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	if c.lastTerm != nil {
+		c.restarts++
+	}
+	c.proc, c.exited, c.startedAt, c.waiting, c.ready = cmd, make(chan struct{}), metav1.Now(), nil, false
+	c.readyFails, c.liveFails = 0, 0
+	c.nextReady, c.nextLive = probeStart(c.spec.ReadinessProbe), probeStart(c.spec.LivenessProbe)
+	exited := c.exited
+	go func() {
+		err := cmd.Wait()
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+			c.exitCode = 0
+		case errors.As(err, &ee):
+			c.exitCode = ee.ExitCode()
+			if c.exitCode < 0 {
+				c.exitCode = 137 // killed by a signal
+			}
+		default:
+			c.exitCode = 128
+		}
+		close(exited)
+	}()
+	klog.InfoS("container started", "pod", klog.KObj(pr.pod), "container", c.spec.Name, "pid", cmd.Process.Pid, "command", cmdline)
+	return nil
+}
+
+// user is the container's uid:gid (security context, else the images' user 65532, as
+// their Dockerfiles set) with the pod's fsGroup and supplemental groups.
+func (pr *podRun) user(c *v1.Container) user {
+	u := user{UID: 65532, GID: 65532}
+	if psc := pr.pod.Spec.SecurityContext; psc != nil {
+		if psc.RunAsUser != nil {
+			u.UID = uint32(*psc.RunAsUser)
+		}
+		if psc.RunAsGroup != nil {
+			u.GID = uint32(*psc.RunAsGroup)
+		}
+		if psc.FSGroup != nil {
+			u.Groups = append(u.Groups, uint32(*psc.FSGroup))
+		}
+		for _, g := range psc.SupplementalGroups {
+			u.Groups = append(u.Groups, uint32(g))
+		}
+	}
+	if sc := c.SecurityContext; sc != nil {
+		if sc.RunAsUser != nil {
+			u.UID = uint32(*sc.RunAsUser)
+		}
+		if sc.RunAsGroup != nil {
+			u.GID = uint32(*sc.RunAsGroup)
+		}
+	}
+	return u
+}
+
+// env is the container's environment: what a pod's process finds (the API server's
+// address, HOSTNAME) and the container's own variables (values and pod fields).
+func (pr *podRun) env(c *v1.Container) ([]string, error) {
+	env := []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOSTNAME=" + pr.pod.Name,
+		"KUBERNETES_SERVICE_HOST=" + pr.r.apiHost, "KUBERNETES_SERVICE_PORT=" + pr.r.apiPort,
+	}
+	for _, e := range c.Env {
+		v := e.Value
+		if e.ValueFrom != nil {
+			if e.ValueFrom.FieldRef == nil {
+				return nil, fmt.Errorf("env %s: only values and fieldRef are supported", e.Name)
+			}
+			var err error
+			if v, err = pr.field(e.ValueFrom.FieldRef.FieldPath); err != nil {
+				return nil, fmt.Errorf("env %s: %w", e.Name, err)
+			}
+		}
+		env = append(env, e.Name+"="+v)
+	}
+	return env, nil
+}
+
+func (pr *podRun) field(path string) (string, error) {
+	p := pr.pod
+	switch path {
+	case "metadata.name":
+		return p.Name, nil
+	case "metadata.namespace":
+		return p.Namespace, nil
+	case "metadata.uid":
+		return string(p.UID), nil
+	case "spec.nodeName":
+		return pr.r.node, nil
+	case "spec.serviceAccountName":
+		return p.Spec.ServiceAccountName, nil
+	case "status.podIP", "status.hostIP":
+		return "127.0.0.1", nil
+	}
+	return "", fmt.Errorf("field %s is not supported", path)
+}
+
+func probeStart(p *v1.Probe) time.Time {
+	if p == nil {
+		return time.Time{}
+	}
+	return time.Now().Add(time.Duration(p.InitialDelaySeconds) * time.Second)
+}
+
+// probe runs the readiness and liveness probes that are due. No readiness probe: ready
+// while running. A liveness probe failing failureThreshold times in a row kills the
+// process (the restart policy then applies).
+func (pr *podRun) probe(c *container, now time.Time) {
+	if p := c.spec.ReadinessProbe; p == nil {
+		c.ready = true
+	} else if !now.Before(c.nextReady) {
+		c.nextReady = now.Add(period(p))
+		if err := pr.check(c, p); err != nil {
+			c.readyFails++
+			if c.readyFails >= int(threshold(p.FailureThreshold, 3)) {
+				c.ready = false
+			}
+			klog.V(2).InfoS("readiness probe failed", "pod", klog.KObj(pr.pod), "container", c.spec.Name, "err", err)
+		} else {
+			c.readyFails, c.ready = 0, true
+		}
+	}
+	if p := c.spec.LivenessProbe; p != nil && !now.Before(c.nextLive) {
+		c.nextLive = now.Add(period(p))
+		if err := pr.check(c, p); err != nil {
+			c.liveFails++
+			if c.liveFails >= int(threshold(p.FailureThreshold, 3)) {
+				klog.InfoS("liveness probe failed: killing", "pod", klog.KObj(pr.pod), "container", c.spec.Name, "err", err)
+				_ = syscall.Kill(-c.proc.Process.Pid, syscall.SIGKILL)
+			}
+		} else {
+			c.liveFails = 0
+		}
+	}
+}
+
+func period(p *v1.Probe) time.Duration {
+	return time.Duration(threshold(p.PeriodSeconds, 10)) * time.Second
+}
+
+func threshold(v, def int32) int32 {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+// check runs one httpGet or tcpSocket probe against the host's loopback.
+func (pr *podRun) check(c *container, p *v1.Probe) error {
+	timeout := time.Duration(threshold(p.TimeoutSeconds, 1)) * time.Second
+	switch {
+	case p.HTTPGet != nil:
+		port, err := portOf(&c.spec, p.HTTPGet.Port)
+		if err != nil {
+			return err
+		}
+		host := p.HTTPGet.Host
+		if host == "" {
+			host = "127.0.0.1"
+		}
+		scheme := "http"
+		if p.HTTPGet.Scheme == v1.URISchemeHTTPS {
+			scheme = "https"
+		}
+		client := &http.Client{Timeout: timeout, Transport: &http.Transport{
+			// As a kubelet: the certificate is not checked.
+			TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec
+		}}
+		resp, err := client.Get(fmt.Sprintf("%s://%s%s", scheme, net.JoinHostPort(host, strconv.Itoa(port)), p.HTTPGet.Path))
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode < 200 || resp.StatusCode >= 400 {
+			return fmt.Errorf("HTTP %d", resp.StatusCode)
+		}
+		return nil
+	case p.TCPSocket != nil:
+		port, err := portOf(&c.spec, p.TCPSocket.Port)
+		if err != nil {
+			return err
+		}
+		conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), timeout)
+		if err != nil {
+			return err
+		}
+		return conn.Close()
+	}
+	return fmt.Errorf("only httpGet and tcpSocket probes are supported")
+}
+
+func portOf(c *v1.Container, p intstr.IntOrString) (int, error) {
+	if p.Type == intstr.Int {
+		return p.IntValue(), nil
+	}
+	for _, cp := range c.Ports {
+		if cp.Name == p.StrVal {
+			return int(cp.ContainerPort), nil
+		}
+	}
+	return 0, fmt.Errorf("no container port named %s", p.StrVal)
+}
+
+// killAll: SIGTERM to every process group, then SIGKILL after the grace period.
+func (pr *podRun) killAll() {
+	grace := 30 * time.Second
+	if g := pr.pod.Spec.TerminationGracePeriodSeconds; g != nil {
+		grace = time.Duration(*g) * time.Second
+	}
+	for _, c := range pr.containers {
+		if c.proc != nil {
+			_ = syscall.Kill(-c.proc.Process.Pid, syscall.SIGTERM)
+		}
+	}
+	deadline := time.After(grace)
+	for _, c := range pr.containers {
+		if c.proc == nil {
+			continue
+		}
+		select {
+		case <-c.exited:
+		case <-deadline:
+			_ = syscall.Kill(-c.proc.Process.Pid, syscall.SIGKILL)
+			<-c.exited
+		}
+		klog.InfoS("container stopped", "pod", klog.KObj(pr.pod), "container", c.spec.Name)
+	}
+}
+
+// report writes the pod's status when it changed since the last report.
+func (pr *podRun) report(ctx context.Context) {
+	st := pr.status()
+	if pr.reported != nil && equality.Semantic.DeepEqual(pr.reported, st) {
+		return
+	}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pod, err := pr.r.kube.CoreV1().Pods(pr.pod.Namespace).Get(ctx, pr.pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if pod.UID != pr.uid {
+			return apierrors.NewNotFound(v1.Resource("pods"), pr.pod.Name)
+		}
+		st.QOSClass = pod.Status.QOSClass
+		pod.Status = *st
+		_, err = pr.r.kube.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			klog.ErrorS(err, "updating pod status", "pod", klog.KObj(pr.pod))
+		}
+		return
+	}
+	pr.reported = st
+}
+
+func (pr *podRun) status() *v1.PodStatus {
+	st := &v1.PodStatus{
+		HostIP: "127.0.0.1", HostIPs: []v1.HostIP{{IP: "127.0.0.1"}},
+		PodIP: "127.0.0.1", PodIPs: []v1.PodIP{{IP: "127.0.0.1"}},
+		StartTime: &pr.startedAt, QOSClass: pr.pod.Status.QOSClass,
+	}
+	allReady, running, ended, failed := true, 0, 0, 0
+	for _, c := range pr.containers {
+		cs := v1.ContainerStatus{Name: c.spec.Name, Image: c.spec.Image, ImageID: c.spec.Image,
+			RestartCount: c.restarts, Ready: c.proc != nil && c.ready, Started: ptr(c.proc != nil)}
+		switch {
+		case c.proc != nil:
+			running++
+			cs.ContainerID = containerID(c.proc)
+			cs.State.Running = &v1.ContainerStateRunning{StartedAt: c.startedAt}
+			cs.LastTerminationState.Terminated = c.lastTerm
+		case c.waiting != nil:
+			cs.State.Waiting = c.waiting
+			cs.LastTerminationState.Terminated = c.lastTerm
+		case c.lastTerm != nil:
+			ended++
+			if c.lastTerm.ExitCode != 0 {
+				failed++
+			}
+			cs.State.Terminated = c.lastTerm
+		}
+		allReady = allReady && cs.Ready
+		st.ContainerStatuses = append(st.ContainerStatuses, cs)
+	}
+	switch {
+	case ended == len(pr.containers) && failed > 0:
+		st.Phase = v1.PodFailed
+	case ended == len(pr.containers):
+		st.Phase = v1.PodSucceeded
+	case pr.prepared:
+		st.Phase = v1.PodRunning
+	default:
+		st.Phase = v1.PodPending
+	}
+	cond := func(t v1.PodConditionType, ok bool) v1.PodCondition {
+		s := v1.ConditionFalse
+		if ok {
+			s = v1.ConditionTrue
+		}
+		return v1.PodCondition{Type: t, Status: s, LastTransitionTime: pr.startedAt}
+	}
+	st.Conditions = []v1.PodCondition{
+		cond(v1.PodScheduled, true), cond(v1.PodInitialized, true),
+		cond(v1.PodReadyToStartContainers, pr.prepared),
+		cond(v1.ContainersReady, allReady), cond(v1.PodReady, allReady),
+	}
+	return st
+}
