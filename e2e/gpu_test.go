@@ -122,6 +122,7 @@ func TestGPUPodsGetTheirSlurmGPUIndices(t *testing.T) {
 		c := podConditionOf(p, wellknown.SlurmJobCondition)
 		require.NotNil(t, c)
 		assert.Contains(t, c.Message, "with GPU indices "+idx)
+		t.Logf("%s: job %d, GPU indices %s", name, jobIDOf(t, p), idx)
 		all = append(all, strings.Split(idx, ",")...)
 	}
 	sort.Strings(all)
@@ -160,6 +161,7 @@ func TestDCGMJobMappingFollowsSlurmGPUAllocation(t *testing.T) {
 		return len(jobMapping(t, node)) == len(want)
 	})
 	assert.Equal(t, want, jobMapping(t, node), "one file per GPU the job holds, holding its id")
+	t.Logf("batch job %d on %s: mapping %v; the pod's GPU: %s", id, node, jobMapping(t, node), pod.Annotations[wellknown.GPUIndicesAnnotation])
 	assert.NotContains(t, want, pod.Annotations[wellknown.GPUIndicesAnnotation], "Slurm gave the pod another GPU")
 
 	slurmCmd(t, "scancel", strconv.Itoa(int(id)))
