@@ -313,7 +313,7 @@ comp_cmd() {
       # --tmpfs /run/slurm: each slurmd gets its own sack.socket there (seen by its job steps);
       # and its own GPUs and DCGM job-mapping directory.
       CMD=("$LOCAL_DIR/slurm-exec.sh" --clean --tmpfs /run/slurm --tmpfs "$DCGM_JOB_MAPPING_DIR")
-      if [ "$GPU_GRES" = count ]; then CMD+=(--count-gpus "$GPUS_PER_NODE"); else CMD+=(--fake-gpus "$GPUS_PER_NODE"); fi
+      [ "$GPU_GRES" = count ] || CMD+=(--fake-gpus "$GPUS_PER_NODE")
       CMD+=(/usr/sbin/slurmd -D -Z -N "node-$i"
         --conf "CPUs=4 RealMemory=7900 Gres=gpu:$GPUS_PER_NODE Port=$((6830 + i))") ;;
     scheduler)

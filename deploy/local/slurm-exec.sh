@@ -16,7 +16,6 @@
 #   --fake-gpus N  N fake GPU devices of its own, /run/kubeslurm-gpus/nvidia<i> (character
 #                devices with NVIDIA's major number 195, never opened), and a gres.conf naming
 #                them (Name=gpu File=...), bound over /etc/slurm/gres.conf for CMD alone
-#   --count-gpus N  instead, count-only GPUs: a gres.conf of Name=gpu Count=N (no indices)
 set -euo pipefail
 self=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
 if [ "${KUBESLURM_IN_MOUNT_NS:-}" != "$$" ]; then
@@ -27,7 +26,7 @@ fi
 unset KUBESLURM_IN_MOUNT_NS
 . "$(dirname "$self")/lib.sh"
 
-clean=0 user='' cwd=/tmp gpus=0 gpu_files=1
+clean=0 user='' cwd=/tmp gpus=0
 extra=() tmpfs=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -36,8 +35,7 @@ while [ $# -gt 0 ]; do
     --env) extra+=("$2"); shift 2 ;;
     --cwd) cwd=$2; shift 2 ;;
     --tmpfs) tmpfs+=("$2"); shift 2 ;;
-    --fake-gpus) gpus=$2; gpu_files=1; shift 2 ;;
-    --count-gpus) gpus=$2; gpu_files=0; shift 2 ;;
+    --fake-gpus) gpus=$2; shift 2 ;;
     --) shift; break ;;
     *) break ;;
   esac
@@ -51,20 +49,15 @@ mount --rbind /dev "$R/dev"
 mount --rbind /sys "$R/sys"
 for d in ${tmpfs[@]+"${tmpfs[@]}"}; do mkdir -p "$R$d" && mount -t tmpfs -o mode=0755 tmpfs "$R$d"; done
 if [ "$gpus" != 0 ]; then
-  [[ $gpus =~ ^[1-9][0-9]?$ ]] || { echo "--fake-gpus/--count-gpus want 1..99, not '$gpus'" >&2; exit 2; }
+  [[ $gpus =~ ^[1-9][0-9]?$ ]] || { echo "--fake-gpus wants 1..99, not '$gpus'" >&2; exit 2; }
   # File-backed GRES, so that Slurm allocates (and reports) specific GPU indices. The shared
   # root's /etc/slurm/gres.conf stays empty (lib.sh); each slurmd sees its own over it.
   g=$R/run/kubeslurm-gpus
   mkdir -p "$g" && mount -t tmpfs -o mode=0755 tmpfs "$g"
-  # AutoDetect=off: no NVML to ask. (With the empty gres.conf, slurmd 26.05 logged "System GPU
-  # detection failed" and, for count-only GPUs, "Ignoring file-less GPU": it registered none.)
-  printf '# Written by slurm-exec.sh for this slurmd alone.\nAutoDetect=off\n' >"$g/gres.conf"
-  if [ "$gpu_files" = 1 ]; then
-    for ((i = 0; i < gpus; i++)); do mknod -m 0666 "$g/nvidia$i" c 195 "$i"; done
-    printf 'Name=gpu File=/run/kubeslurm-gpus/nvidia[0-%d]\n' $((gpus - 1)) >>"$g/gres.conf"
-  else
-    printf 'Name=gpu Count=%d\n' "$gpus" >>"$g/gres.conf"
-  fi
+  for ((i = 0; i < gpus; i++)); do mknod -m 0666 "$g/nvidia$i" c 195 "$i"; done
+  # AutoDetect=off: no NVML to ask (it would log "System GPU detection failed").
+  printf '# Written by slurm-exec.sh --fake-gpus for this slurmd alone.\nAutoDetect=off\nName=gpu File=/run/kubeslurm-gpus/nvidia[0-%d]\n' \
+    $((gpus - 1)) >"$g/gres.conf"
   [ -f "$R/etc/slurm/gres.conf" ] || { echo "no $R/etc/slurm/gres.conf to bind over (lib.sh slurm_write_config)" >&2; exit 1; }
   mount --bind "$g/gres.conf" "$R/etc/slurm/gres.conf"
 fi
