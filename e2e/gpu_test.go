@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -191,41 +190,4 @@ func TestControllerShipsTheJobMappingScripts(t *testing.T) {
 	assert.True(t, slices.ContainsFunc(strings.Split(slurmCmd(t, "scontrol", "show", "config"), "\n"), func(l string) bool {
 		return strings.HasPrefix(l, "PrologFlags") && strings.Contains(l, "Alloc")
 	}), "PrologFlags=Alloc")
-}
-
-// 5. A node whose slurmd has count-only gres/gpu (no File= in its gres.conf): Slurm runs
-// the GPU pod's job there but names no GPU index, and the pod says so, with the fix.
-func TestGPUsWithoutIndicesAreAnActionableError(t *testing.T) {
-	node := nodes[1]
-	slurmd := "slurmd-" + node
-	restoreNodeAtEnd(t, node)
-	t.Cleanup(func() { component(t, "restart", slurmd) }) // file-backed again, before restoreNodeAtEnd's check
-	restartWithCountOnlyGPUs(t, slurmd)
-	require.Contains(t, slurmCmd(t, "scontrol", "show", "node", node), "Gres=gpu:"+strconv.Itoa(gpusPerNode))
-
-	ns := namespace(t)
-	p := createPod(t, ns, "gpu", withGPUs(2), onlyOnNode(node))
-	p = waitBound(t, ns, p.Name, 60*time.Second)
-	out := slurmCmd(t, "scontrol", "show", "job", "-d", strconv.Itoa(int(jobIDOf(t, p))))
-	assert.NotContains(t, out, "IDX:", "count-only GRES: Slurm has no index to give")
-	var c *v1.PodCondition
-	eventually(t, 30*time.Second, "SlurmJob condition with reason "+wellknown.EventSlurmGPUIndicesMissing, func() bool {
-		c = podConditionOf(getPod(t, ns, p.Name), wellknown.SlurmJobCondition)
-		return c != nil && c.Reason == wellknown.EventSlurmGPUIndicesMissing
-	})
-	assert.Equal(t, v1.ConditionTrue, c.Status, "the job does hold its node")
-	assert.Contains(t, c.Message, "configure File= for the GPUs in the node's gres.conf")
-	assert.NotContains(t, getPod(t, ns, p.Name).Annotations, wellknown.GPUIndicesAnnotation)
-	eventually(t, 10*time.Second, "a Warning event "+wellknown.EventSlurmGPUIndicesMissing, func() bool {
-		return strings.Contains(podEvents(t, p), wellknown.EventSlurmGPUIndicesMissing+": Slurm job ")
-	})
-}
-
-// restartWithCountOnlyGPUs restarts a slurmd with KUBESLURM_GPU_GRES=count (deploy/local/lib.sh).
-func restartWithCountOnlyGPUs(t *testing.T, slurmd string) {
-	t.Helper()
-	cmd := exec.Command(filepath.Join(repoRoot, "deploy", "local", "component.sh"), "restart", slurmd)
-	cmd.Env = append(os.Environ(), "KUBESLURM_GPU_GRES=count")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "KUBESLURM_GPU_GRES=count component.sh restart %s: %s", slurmd, out)
 }

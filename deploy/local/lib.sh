@@ -25,11 +25,8 @@ SLURM_USER=slurm
 SLURM_NS=kubeslurm-system
 JWT_KEY_FILE=$RUN/slurm/jwt_hs256.key
 # Fake GPUs per node: the kwok nodes advertise nvidia.com/gpu, each slurmd as many
-# file-backed gres/gpu (slurm-exec.sh --fake-gpus), so Slurm allocates GPU indices; a slurmd
-# started with KUBESLURM_GPU_GRES=count has count-only gres/gpu instead (no indices).
+# file-backed gres/gpu (slurm-exec.sh --fake-gpus).
 GPUS_PER_NODE=4
-GPU_GRES=${KUBESLURM_GPU_GRES:-files}
-[[ $GPU_GRES == files || $GPU_GRES == count ]] || { echo "KUBESLURM_GPU_GRES must be files or count, not '$GPU_GRES'" >&2; exit 1; }
 # Where the DCGM job-mapping prolog writes (the GPU operator's default hpcJobMapping
 # directory); a tmpfs of each slurmd's own, as on a real node.
 DCGM_JOB_MAPPING_DIR=/var/lib/dcgm-exporter/job-mapping
@@ -312,9 +309,8 @@ comp_cmd() {
       i=${1#slurmd-node-}
       # --tmpfs /run/slurm: each slurmd gets its own sack.socket there (seen by its job steps);
       # and its own GPUs and DCGM job-mapping directory.
-      CMD=("$LOCAL_DIR/slurm-exec.sh" --clean --tmpfs /run/slurm --tmpfs "$DCGM_JOB_MAPPING_DIR")
-      [ "$GPU_GRES" = count ] || CMD+=(--fake-gpus "$GPUS_PER_NODE")
-      CMD+=(/usr/sbin/slurmd -D -Z -N "node-$i"
+      CMD=("$LOCAL_DIR/slurm-exec.sh" --clean --tmpfs /run/slurm --tmpfs "$DCGM_JOB_MAPPING_DIR"
+        --fake-gpus "$GPUS_PER_NODE" /usr/sbin/slurmd -D -Z -N "node-$i"
         --conf "CPUs=4 RealMemory=7900 Gres=gpu:$GPUS_PER_NODE Port=$((6830 + i))") ;;
     scheduler)
       CMD=("$BIN/kubeslurm-scheduler" --config "$RUN/scheduler-config.yaml"
