@@ -210,8 +210,9 @@ func TestAnnotationAliasesGiveTheSameJob(t *testing.T) {
 func TestAnnotationGRESAndLicensesReachSlurm(t *testing.T) {
 	ns := namespace(t)
 	cases := map[string]struct{ key, value, slurmSays string }{
-		"gres":     {slurmjob.Annotation("gres"), "gpu:1", "Invalid generic resource (gres) specification"},
-		"bridge":   {slurmjob.AliasAnnotation("gres"), "gres/gpu=1", "Invalid generic resource (gres) specification"},
+		// The nodes have gpu GRES (docs/gpus.md), no fpga: Slurm refuses fpga.
+		"gres":     {slurmjob.Annotation("gres"), "fpga:1", "Invalid generic resource (gres) specification"},
+		"bridge":   {slurmjob.AliasAnnotation("gres"), "gres/fpga=1", "Invalid generic resource (gres) specification"},
 		"licenses": {slurmjob.Annotation("licenses"), "matlab:2", "Invalid license specification"},
 	}
 	for name, c := range cases {

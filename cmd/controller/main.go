@@ -8,15 +8,18 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -25,6 +28,7 @@ import (
 	nodecontroller "github.com/kubeslurm/kubeslurm/pkg/controller/node"
 	podcontroller "github.com/kubeslurm/kubeslurm/pkg/controller/pod"
 	topologycontroller "github.com/kubeslurm/kubeslurm/pkg/controller/topology"
+	"github.com/kubeslurm/kubeslurm/pkg/dcgmjobmap"
 	"github.com/kubeslurm/kubeslurm/pkg/metrics"
 	"github.com/kubeslurm/kubeslurm/pkg/slurm"
 	"github.com/kubeslurm/kubeslurm/pkg/topology"
@@ -63,6 +67,9 @@ type options struct {
 	topologyFile      string
 	topology          topology.Config
 	webhookConfigName string
+	// DCGM exporter job mapping (pkg/dcgmjobmap).
+	dcgmJobMappingConfigMap string
+	dcgmJobMappingDir       string
 }
 
 func main() {
@@ -126,6 +133,10 @@ func newCommand() *cobra.Command {
 		"Slurm's block_sizes, base block size first (each next one a power-of-two multiple); empty: Slurm's default")
 	f.StringVar(&o.webhookConfigName, "webhook-configuration-name", wellknown.WebhookConfigurationName,
 		"name of the Validating- and MutatingWebhookConfiguration whose caBundle the controller keeps")
+	f.StringVar(&o.dcgmJobMappingConfigMap, "dcgm-job-mapping-configmap", "",
+		"namespace/name of a ConfigMap the controller keeps the Slurm prolog/epilog scripts of the DCGM exporter's HPC job mapping in (empty: none)")
+	f.StringVar(&o.dcgmJobMappingDir, "dcgm-job-mapping-dir", dcgmjobmap.DefaultDir,
+		"directory on the GPU nodes the job mapping scripts write to (dcgm-exporter's --hpc-job-mapping-dir)")
 	for _, name := range []string{"slurmrestd-url", "slurm-jwt-key-file"} {
 		_ = cmd.MarkFlagRequired(name)
 	}
@@ -234,6 +245,11 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("setting up the webhook: %w", err)
 		}
 	}
+	if o.dcgmJobMappingConfigMap != "" {
+		if err := addJobMappingScripts(mgr, o.dcgmJobMappingConfigMap, o.dcgmJobMappingDir); err != nil {
+			return fmt.Errorf("--dcgm-job-mapping-configmap: %w", err)
+		}
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
@@ -247,4 +263,34 @@ func run(ctx context.Context, o options) error {
 	}
 	klog.InfoS("Starting kubeslurm-controller", "slurmrestd", o.slurmrestdURL, "scheduler", o.schedulerName)
 	return mgr.Start(ctx)
+}
+
+// addJobMappingScripts writes the DCGM job mapping scripts into the ConfigMap ns/name once
+// the manager starts (as the leader), through an uncached client: the controller watches
+// no ConfigMaps.
+func addJobMappingScripts(mgr manager.Manager, ref, dir string) error {
+	ns, name, ok := strings.Cut(ref, "/")
+	if !ok || ns == "" || name == "" {
+		return fmt.Errorf("want namespace/name, not %q", ref)
+	}
+	if _, err := dcgmjobmap.Scripts(dir); err != nil {
+		return err
+	}
+	c, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme()})
+	if err != nil {
+		return err
+	}
+	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		// Retried (RBAC or the namespace may come later), logged, never fatal.
+		_ = wait.PollUntilContextCancel(ctx, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+			if err := dcgmjobmap.Ensure(ctx, c, ns, name, dir); err != nil {
+				ctrl.Log.Error(err, "DCGM job mapping scripts not written; retrying")
+				return false, nil
+			}
+			ctrl.Log.Info("DCGM job mapping scripts written", "configmap", ref, "dir", dir)
+			return true, nil
+		})
+		<-ctx.Done()
+		return nil
+	}))
 }

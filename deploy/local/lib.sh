@@ -28,6 +28,12 @@ JWT_KEY_FILE=$RUN/slurm/jwt_hs256.key
 # slurm.conf. Derived state: removed with Slurm's state, so a cluster brought up from a tree
 # whose controller does not write it never reads a stale one.
 TOPOLOGY_FILE=$SLURM_ROOT/etc/slurm/topology.yaml
+# Fake GPUs per node: the kwok nodes advertise nvidia.com/gpu, each slurmd as many
+# file-backed gres/gpu (slurm-exec.sh --fake-gpus).
+GPUS_PER_NODE=4
+# Where the DCGM job-mapping prolog writes (the GPU operator's default hpcJobMapping
+# directory); a tmpfs of each slurmd's own, as on a real node.
+DCGM_JOB_MAPPING_DIR=/var/lib/dcgm-exporter/job-mapping
 
 # Start order; down.sh stops in reverse. slurmd-node-<i> sit between slurmrestd and scheduler.
 K8S_COMPONENTS=(etcd apiserver controller-manager kwok)
@@ -219,7 +225,13 @@ slurm_write_config() {
 # No cgroup filesystem inside the Slurm root: cgroups off.
 CgroupPlugin=disabled
 CONF
-  cp "$R/etc/slurm/slurm.conf" "$R/etc/slurm/cgroup.conf" "$RUN/slurm/"
+  # Empty for all: each slurmd binds its own gres.conf over it (slurm-exec.sh --fake-gpus).
+  write_if_changed "$R/etc/slurm/gres.conf" 0644 <<<'# Each slurmd of the local cluster sees its own (slurm-exec.sh --fake-gpus).'
+  # The prolog/epilog scripts the controller ships (pkg/dcgmjobmap), as slurm.conf names them.
+  mkdir -p "$R/etc/slurm/prolog.d" "$R/etc/slurm/epilog.d"
+  write_if_changed "$R/etc/slurm/prolog.d/dcgm-job-mapping.sh" 0755 <"$REPO/pkg/dcgmjobmap/prolog.sh"
+  write_if_changed "$R/etc/slurm/epilog.d/dcgm-job-mapping.sh" 0755 <"$REPO/pkg/dcgmjobmap/epilog.sh"
+  cp "$R/etc/slurm/slurm.conf" "$R/etc/slurm/cgroup.conf" "$R/etc/slurm/gres.conf" "$RUN/slurm/"
   mkdir -p "$R/var/spool/slurmctld" "$R/run/slurmctld" "$R/run/slurmd" "$R/var/spool/slurmd" "$R/var/log/slurm"
   # slurmctld wants its state and run directories owned by SlurmUser (slurm).
   chown "$ids" "$R/var/spool/slurmctld" "$R/run/slurmctld" "$R/var/log/slurm"
@@ -369,9 +381,11 @@ comp_cmd() {
         /usr/sbin/slurmrestd -s openapi/slurmctld -a rest_auth/jwt 127.0.0.1:6820) ;;
     slurmd-node-*)
       i=${1#slurmd-node-}
-      # --tmpfs /run/slurm: each slurmd gets its own sack.socket there (seen by its job steps).
-      CMD=("$LOCAL_DIR/slurm-exec.sh" --clean --tmpfs /run/slurm /usr/sbin/slurmd -D -Z -N "node-$i"
-        --conf "CPUs=4 RealMemory=7900 Port=$((6830 + i))") ;;
+      # --tmpfs /run/slurm: each slurmd gets its own sack.socket there (seen by its job steps);
+      # and its own GPUs and DCGM job-mapping directory.
+      CMD=("$LOCAL_DIR/slurm-exec.sh" --clean --tmpfs /run/slurm --tmpfs "$DCGM_JOB_MAPPING_DIR"
+        --fake-gpus "$GPUS_PER_NODE" /usr/sbin/slurmd -D -Z -N "node-$i"
+        --conf "CPUs=4 RealMemory=7900 Gres=gpu:$GPUS_PER_NODE Port=$((6830 + i))") ;;
     scheduler)
       # Delegated authn/authz (TokenReview, SubjectAccessReview) as in-cluster, so /metrics
       # answers a bearer token allowed `get` on the /metrics non-resource URL (docs/metrics.md).
@@ -387,7 +401,8 @@ comp_cmd() {
         --webhook-host 127.0.0.1 --webhook-port 9443 --webhook-cert-hosts 127.0.0.1
         --not-ready-grace-period 20s --drain-on-node-conditions GPUUnhealthy
         # Slurm's block topology from the nodes' nvidia.com/gpu.clique labels (e2e topology test).
-        --topology-file "$TOPOLOGY_FILE" --topology-block-sizes 4) ;;
+        --topology-file "$TOPOLOGY_FILE" --topology-block-sizes 4
+        --dcgm-job-mapping-configmap "$SLURM_NS/kubeslurm-dcgm-job-mapping" --dcgm-job-mapping-dir "$DCGM_JOB_MAPPING_DIR") ;;
   esac
 }
 

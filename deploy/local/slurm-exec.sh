@@ -13,6 +13,9 @@
 #   --env N=V    set a variable for CMD (repeatable)
 #   --cwd DIR    working directory inside the root (default /tmp)
 #   --tmpfs DIR  an empty tmpfs of its own at DIR inside the root (repeatable)
+#   --fake-gpus N  N fake GPU devices of its own, /run/kubeslurm-gpus/nvidia<i> (character
+#                devices with NVIDIA's major number 195, never opened), and a gres.conf naming
+#                them (Name=gpu File=...), bound over /etc/slurm/gres.conf for CMD alone
 set -euo pipefail
 self=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
 if [ "${KUBESLURM_IN_MOUNT_NS:-}" != "$$" ]; then
@@ -23,7 +26,7 @@ fi
 unset KUBESLURM_IN_MOUNT_NS
 . "$(dirname "$self")/lib.sh"
 
-clean=0 user='' cwd=/tmp
+clean=0 user='' cwd=/tmp gpus=0
 extra=() tmpfs=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -32,6 +35,7 @@ while [ $# -gt 0 ]; do
     --env) extra+=("$2"); shift 2 ;;
     --cwd) cwd=$2; shift 2 ;;
     --tmpfs) tmpfs+=("$2"); shift 2 ;;
+    --fake-gpus) gpus=$2; shift 2 ;;
     --) shift; break ;;
     *) break ;;
   esac
@@ -44,6 +48,19 @@ mount --rbind /proc "$R/proc"
 mount --rbind /dev "$R/dev"
 mount --rbind /sys "$R/sys"
 for d in ${tmpfs[@]+"${tmpfs[@]}"}; do mkdir -p "$R$d" && mount -t tmpfs -o mode=0755 tmpfs "$R$d"; done
+if [ "$gpus" != 0 ]; then
+  [[ $gpus =~ ^[1-9][0-9]?$ ]] || { echo "--fake-gpus wants 1..99, not '$gpus'" >&2; exit 2; }
+  # File-backed GRES, so that Slurm allocates (and reports) specific GPU indices. The shared
+  # root's /etc/slurm/gres.conf stays empty (lib.sh); each slurmd sees its own over it.
+  g=$R/run/kubeslurm-gpus
+  mkdir -p "$g" && mount -t tmpfs -o mode=0755 tmpfs "$g"
+  for ((i = 0; i < gpus; i++)); do mknod -m 0666 "$g/nvidia$i" c 195 "$i"; done
+  # AutoDetect=off: no NVML to ask (it would log "System GPU detection failed").
+  printf '# Written by slurm-exec.sh --fake-gpus for this slurmd alone.\nAutoDetect=off\nName=gpu File=/run/kubeslurm-gpus/nvidia[0-%d]\n' \
+    $((gpus - 1)) >"$g/gres.conf"
+  [ -f "$R/etc/slurm/gres.conf" ] || { echo "no $R/etc/slurm/gres.conf to bind over (lib.sh slurm_write_config)" >&2; exit 1; }
+  mount --bind "$g/gres.conf" "$R/etc/slurm/gres.conf"
+fi
 
 envs=(PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 "TERM=${TERM:-dumb}")
 if [ "$clean" = 0 ]; then

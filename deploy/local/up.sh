@@ -88,15 +88,22 @@ metadata:
     kubernetes.io/os: linux
     kubernetes.io/arch: amd64
     type: kwok
+    # What the GPU operator's feature discovery labels a GPU node with (fake GPUs, see
+    # GPUS_PER_NODE in lib.sh: slurmd has as many gres/gpu).
+    nvidia.com/gpu.present: "true"
+    nvidia.com/gpu.count: "$GPUS_PER_NODE"
+    nvidia.com/gpu.product: Fake-GPU
 status:
   capacity:
     cpu: "4"
     memory: 8Gi
     pods: "110"
+    nvidia.com/gpu: "$GPUS_PER_NODE"
   allocatable:
     cpu: "4"
     memory: 8Gi
     pods: "110"
+    nvidia.com/gpu: "$GPUS_PER_NODE"
 EOF
 done | kc apply -f - | sed 's/^/    /'
 kc wait --for=condition=Ready node -l kubeslurm.io/slurm-node=true --timeout=90s | sed 's/^/    /'

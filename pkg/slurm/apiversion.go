@@ -113,6 +113,9 @@ func jobFromAPI(in *apiJob) Job {
 		Nice:      ptr.Deref(in.Nice, 0),
 		StartTime: timeOf(in.StartTime),
 		EndTime:   timeOf(in.EndTime),
+
+		TRESPerNode: ptr.Deref(in.TresPerNode, ""),
+		GRESDetail:  ptr.Deref(in.GresDetail, nil),
 	}
 	if ex := ptr.Deref(in.ExcludedNodes, ""); ex != "" {
 		j.ExcludedNodes = ExpandHostlist(ex)

@@ -58,6 +58,11 @@ type Job struct {
 	Group     string
 	StartTime time.Time
 	EndTime   time.Time
+	// TRESPerNode is what the job asked for per node ("gres/gpu:2").
+	TRESPerNode string
+	// GRESDetail is, per node of Nodes (same order), the GRES Slurm allocated there
+	// ("gpu:2(IDX:0-1)"); see GPUIndices.
+	GRESDetail []string
 }
 
 // Ours reports whether the job is a kubeslurm placeholder job.

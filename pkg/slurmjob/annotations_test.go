@@ -238,7 +238,7 @@ func TestAnnotationsAgainstRequests(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			spec, err := ForPod(pod(tt.ann, tt.c), nil)
+			spec, err := ForPod(pod(tt.ann, tt.c), nil, nil)
 			if tt.wantErr != "" {
 				require.Error(t, err)
 				assert.Contains(t, err.Error(), tt.wantErr)
@@ -262,14 +262,14 @@ func TestGroupNodeCountAnnotations(t *testing.T) {
 		}
 		return out
 	}
-	spec, err := ForGroup("PodGroup/ns/g", "ns/g", map[string]string{Annotation("min-nodes"): "3", AliasAnnotation("max-nodes"): "3"}, members(3))
+	spec, err := ForGroup("PodGroup/ns/g", "ns/g", map[string]string{Annotation("min-nodes"): "3", AliasAnnotation("max-nodes"): "3"}, members(3), nil)
 	require.NoError(t, err)
 	assert.Equal(t, int32(3), spec.Nodes)
 
-	_, err = ForGroup("PodGroup/ns/g", "ns/g", map[string]string{Annotation("max-nodes"): "2"}, members(3))
+	_, err = ForGroup("PodGroup/ns/g", "ns/g", map[string]string{Annotation("max-nodes"): "2"}, members(3), nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), Annotation("max-nodes")+": at most 2 nodes asked for, but a group's job has one node per member, here 3")
-	_, err = ForGroup("PodGroup/ns/g", "ns/g", map[string]string{Annotation("min-nodes"): "4"}, members(3))
+	_, err = ForGroup("PodGroup/ns/g", "ns/g", map[string]string{Annotation("min-nodes"): "4"}, members(3), nil)
 	assert.ErrorContains(t, err, "here 3")
 }
 
@@ -279,7 +279,7 @@ func TestForPodCarriesAnnotatedFields(t *testing.T) {
 		Annotation("user-id"): "1000", Annotation("group-id"): "1001", Annotation("dependency"): "afterok:4,afterany:Job/prep",
 	}
 	// The root workload sets them; the pod overrides one.
-	spec, err := ForPod(pod(map[string]string{Annotation("nice"): "7"}, container(nil, nil)), ann)
+	spec, err := ForPod(pod(map[string]string{Annotation("nice"): "7"}, container(nil, nil)), ann, nil)
 	require.NoError(t, err)
 	assert.Equal(t, ptr.To[int32](7), spec.Nice)
 	assert.Equal(t, "w", spec.WCKey)

@@ -15,8 +15,31 @@ import (
 	resourcehelper "k8s.io/component-helpers/resource"
 )
 
-// GPUResource is the extended resource whose count becomes the job's gres/gpu.
+// GPUResource is the NVIDIA device plugin's extended resource: by default the one whose
+// count becomes the job's gres/gpu.
 const GPUResource v1.ResourceName = "nvidia.com/gpu"
+
+// GPUResources are the extended resources a pod requests GPUs by (the device plugin's,
+// DRA extended resources of GPU device classes); their counts add up to the job's gres/gpu.
+// Nil stands for GPUResource alone.
+type GPUResources []v1.ResourceName
+
+// count is the GPUs the requests (or, for extended resources given as limits only, the
+// limits) ask for.
+func (g GPUResources) count(reqs, limits v1.ResourceList) int64 {
+	if g == nil {
+		g = GPUResources{GPUResource}
+	}
+	var n int64
+	for _, name := range g {
+		if q := quantity(reqs, name); q > 0 {
+			n += q
+		} else {
+			n += quantity(limits, name)
+		}
+	}
+	return n
+}
 
 // PodRef identifies one pod a placeholder job stands for.
 type PodRef struct {
@@ -85,7 +108,8 @@ const Unlimited = math.MaxUint32
 // ForPod builds the JobSpec for a single pod from its resource requests and its slurmjob
 // annotations, read from its root workload (root, may be nil) and then the pod, the pod's
 // winning. Any invalid annotation is an error naming the annotation.
-func ForPod(pod *v1.Pod, root map[string]string) (JobSpec, error) {
+// gpus names the resources that count as GPUs.
+func ForPod(pod *v1.Pod, root map[string]string, gpus GPUResources) (JobSpec, error) {
 	annotations := Merge(root, pod.Annotations)
 	opts, err := ParseAnnotations(annotations)
 	if err != nil {
@@ -96,7 +120,7 @@ func ForPod(pod *v1.Pod, root map[string]string) (JobSpec, error) {
 		Nodes: 1,
 		Pods:  []PodRef{RefOf(pod)},
 	}
-	spec.CPUsPerNode, spec.MemoryPerNodeMB, spec.GPUsPerNode = Requests(pod)
+	spec.CPUsPerNode, spec.MemoryPerNodeMB, spec.GPUsPerNode = Requests(pod, gpus)
 	if err := opts.apply(&spec, annotations); err != nil {
 		return JobSpec{}, err
 	}
@@ -111,7 +135,7 @@ const MaxGroupSize = 512
 // order (member i gets node i of the allocation), each node sized for the largest member,
 // whole nodes unless the annotations say exclusive=false. Annotations come from the
 // group's root workload, then its pods, which must agree with each other.
-func ForGroup(key, name string, root map[string]string, members []*v1.Pod) (JobSpec, error) {
+func ForGroup(key, name string, root map[string]string, members []*v1.Pod, gpus GPUResources) (JobSpec, error) {
 	if len(members) == 0 || len(members) > MaxGroupSize {
 		return JobSpec{}, fmt.Errorf("a pod group needs 1 to %d members, has %d", MaxGroupSize, len(members))
 	}
@@ -127,10 +151,10 @@ func ForGroup(key, name string, root map[string]string, members []*v1.Pod) (JobS
 	spec := JobSpec{Name: name, Nodes: int32(len(members)), Group: key, Exclusive: true}
 	for _, pod := range members {
 		spec.Pods = append(spec.Pods, RefOf(pod))
-		cpus, mem, gpus := Requests(pod)
+		cpus, mem, gpuCount := Requests(pod, gpus)
 		spec.CPUsPerNode = max(spec.CPUsPerNode, cpus)
 		spec.MemoryPerNodeMB = max(spec.MemoryPerNodeMB, mem)
-		spec.GPUsPerNode = max(spec.GPUsPerNode, gpus)
+		spec.GPUsPerNode = max(spec.GPUsPerNode, gpuCount)
 	}
 	if err := opts.apply(&spec, annotations); err != nil {
 		return JobSpec{}, err
@@ -182,8 +206,9 @@ func agreedAnnotations(members []*v1.Pod) (map[string]string, error) {
 }
 
 // Requests returns the pod's effective requests in Slurm's units: whole CPUs (rounded up,
-// at least 1), memory in MiB (rounded up; 0 when the pod requests none) and GPUs.
-func Requests(pod *v1.Pod) (cpus int32, memMB int64, gpus int64) {
+// at least 1), memory in MiB (rounded up; 0 when the pod requests none) and GPUs (the
+// resources gpuResources names).
+func Requests(pod *v1.Pod, gpuResources GPUResources) (cpus int32, memMB int64, gpus int64) {
 	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 	cpus = 1
 	if q, ok := reqs[v1.ResourceCPU]; ok {
@@ -194,11 +219,8 @@ func Requests(pod *v1.Pod) (cpus int32, memMB int64, gpus int64) {
 	if q, ok := reqs[v1.ResourceMemory]; ok {
 		memMB = ceilDiv(q.Value(), 1<<20)
 	}
-	gpus = quantity(reqs, GPUResource)
-	if gpus == 0 {
-		// Extended resources may be given as limits only.
-		gpus = quantity(resourcehelper.PodLimits(pod, resourcehelper.PodResourcesOptions{}), GPUResource)
-	}
+	// Extended resources may be given as limits only.
+	gpus = gpuResources.count(reqs, resourcehelper.PodLimits(pod, resourcehelper.PodResourcesOptions{}))
 	return cpus, memMB, gpus
 }
 

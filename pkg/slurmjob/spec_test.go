@@ -123,6 +123,7 @@ func TestForPod(t *testing.T) {
 		wantGPUs int64
 		wantTRES string
 		wantName string
+		gpus     GPUResources
 	}{
 		{name: "no requests", pod: pod(nil, container(nil, nil)), wantCPUs: 1, wantName: "team-a/trainer"},
 		{name: "fractional cpu rounds up", pod: pod(nil, container(rl("cpu", "1500m", "memory", "1Gi"), nil)),
@@ -132,10 +133,22 @@ func TestForPod(t *testing.T) {
 			wantCPUs: 5, wantName: "team-a/trainer"},
 		{name: "gpu from limits", pod: pod(map[string]string{Annotation("job-name"): "x"}, container(nil, rl("nvidia.com/gpu", "2"))),
 			wantCPUs: 1, wantGPUs: 2, wantTRES: "gres/gpu:2", wantName: "x"},
+		{name: "gpu from requests", pod: pod(nil, container(rl("nvidia.com/gpu", "1"), rl("nvidia.com/gpu", "1"))),
+			wantCPUs: 1, wantGPUs: 1, wantTRES: "gres/gpu:1", wantName: "team-a/trainer"},
+		{name: "DRA extended resource of a GPU class", gpus: GPUResources{GPUResource, "example.com/gpu"},
+			pod:      pod(nil, container(rl("example.com/gpu", "2"), rl("example.com/gpu", "2"))),
+			wantCPUs: 1, wantGPUs: 2, wantTRES: "gres/gpu:2", wantName: "team-a/trainer"},
+		{name: "device plugin and DRA GPUs add up", gpus: GPUResources{GPUResource, "deviceclass.resource.kubernetes.io/gpu.nvidia.com"},
+			pod:      pod(nil, container(nil, rl("nvidia.com/gpu", "1")), container(nil, rl("deviceclass.resource.kubernetes.io/gpu.nvidia.com", "2"))),
+			wantCPUs: 1, wantGPUs: 3, wantTRES: "gres/gpu:3", wantName: "team-a/trainer"},
+		{name: "an extended resource not named is no GPU", pod: pod(nil, container(rl("example.com/gpu", "2"), nil)),
+			wantCPUs: 1, wantName: "team-a/trainer"},
+		{name: "named resources replace the default", gpus: GPUResources{"example.com/gpu"},
+			pod: pod(nil, container(nil, rl("nvidia.com/gpu", "2"))), wantCPUs: 1, wantName: "team-a/trainer"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			spec, err := ForPod(tt.pod, nil)
+			spec, err := ForPod(tt.pod, nil, tt.gpus)
 			require.NoError(t, err)
 			assert.Equal(t, tt.wantCPUs, spec.CPUsPerNode)
 			assert.Equal(t, tt.wantMem, spec.MemoryPerNodeMB)
@@ -149,7 +162,7 @@ func TestForPod(t *testing.T) {
 }
 
 func TestForPodRejectsBadAnnotation(t *testing.T) {
-	_, err := ForPod(pod(map[string]string{Annotation("priority"): "urgent"}, container(nil, nil)), nil)
+	_, err := ForPod(pod(map[string]string{Annotation("priority"): "urgent"}, container(nil, nil)), nil, nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), Annotation("priority"))
 }

@@ -10,6 +10,11 @@ const (
 	// the allocation (kubeslurm.io/job-nodes).
 	JobRankAnnotation = Domain + "/job-rank"
 
+	// GPUIndicesAnnotation lists the GPU indices Slurm allocated the pod's job on the pod's
+	// node ("0,1"), from the job's gres_detail: the GPUs Slurm (and the DCGM exporter's job
+	// mapping) count as the pod's.
+	GPUIndicesAnnotation = Domain + "/gpu-indices"
+
 	// AllowEvictionAnnotation set to "true" on a pod opts it out of the eviction guard: a
 	// drain may then evict it while its Slurm job runs.
 	AllowEvictionAnnotation = Domain + "/allow-eviction"
@@ -33,4 +38,7 @@ const (
 	// EventSlurmJobGroupMemberEnded: another member of the pod's group failed or was
 	// deleted after the group's job started, so the whole group ends.
 	EventSlurmJobGroupMemberEnded = "SlurmJobGroupMemberEnded"
+	// EventSlurmGPUIndicesMissing: the job holds gres/gpu on the pod's node but Slurm names
+	// no device index for it (count-only GRES), so the pod cannot be told its GPUs.
+	EventSlurmGPUIndicesMissing = "SlurmGPUIndicesMissing"
 )

@@ -319,9 +319,13 @@ func (r *Reconciler) syncJobState(ctx context.Context, pod *v1.Pod, job *slurm.J
 			r.Recorder.Eventf(pod, nil, v1.EventTypeNormal, reason, "Update", note)
 		}
 	}
-	cond := jobCondition(job)
+	cond, gpuErr := podJobCondition(job, pod.UID)
 	if cur := podCondition(pod, cond.Type); cur != nil && cur.Status == cond.Status && cur.Reason == cond.Reason && cur.Message == cond.Message {
 		return nil
+	}
+	if gpuErr != nil {
+		// Once per change of the condition, not on every reconcile.
+		r.Recorder.Eventf(pod, nil, v1.EventTypeWarning, wellknown.EventSlurmGPUIndicesMissing, "Update", "%v", gpuErr)
 	}
 	return r.patchConditions(ctx, pod, cond)
 }

@@ -371,3 +371,48 @@ func TestNoBlockAnnotationWithTopologyOff(t *testing.T) {
 	assert.Equal(t, slurm.StateRunning, got.Annotations[wellknown.JobStateAnnotation])
 	assert.NotContains(t, got.Annotations, wellknown.TopologyBlockAnnotation)
 }
+
+func TestGPUIndicesAreWrittenOntoThePod(t *testing.T) {
+	pod := newPod("p", "n1", v1.PodRunning, "1")
+	f := newFixture(t, pod)
+	job, err := f.slurm.Submit(context.Background(), slurmjob.JobSpec{Nodes: 1, CPUsPerNode: 1, GPUsPerNode: 2, Pods: []slurmjob.PodRef{slurmjob.RefOf(pod)}})
+	require.NoError(t, err)
+	require.NoError(t, f.slurm.Allocate(job.ID, "n1"))
+	require.NoError(t, f.slurm.SetGRESDetail(job.ID, "gpu:2(IDX:1,3)"))
+	f.poll()
+	_, err = f.reconcile("p")
+	require.NoError(t, err)
+	got, _ := f.pod("p")
+	assert.Equal(t, "1,3", got.Annotations[wellknown.GPUIndicesAnnotation])
+	c := podCondition(got, wellknown.SlurmJobCondition)
+	require.NotNil(t, c)
+	assert.Equal(t, "Running", c.Reason)
+	assert.Contains(t, c.Message, "with GPU indices 1,3")
+}
+
+func TestGPUsWithoutIndicesAreAnActionableError(t *testing.T) {
+	pod := newPod("p", "n1", v1.PodRunning, "1")
+	f := newFixture(t, pod)
+	job, err := f.slurm.Submit(context.Background(), slurmjob.JobSpec{Nodes: 1, CPUsPerNode: 1, GPUsPerNode: 2, Pods: []slurmjob.PodRef{slurmjob.RefOf(pod)}})
+	require.NoError(t, err)
+	require.NoError(t, f.slurm.Allocate(job.ID, "n1"))
+	require.NoError(t, f.slurm.SetGRESDetail(job.ID, "gpu:2")) // count-only GRES
+	f.poll()
+	_, err = f.reconcile("p")
+	require.NoError(t, err)
+	got, _ := f.pod("p")
+	assert.NotContains(t, got.Annotations, wellknown.GPUIndicesAnnotation)
+	c := podCondition(got, wellknown.SlurmJobCondition)
+	require.NotNil(t, c)
+	assert.Equal(t, v1.ConditionTrue, c.Status, "the job does hold its node")
+	assert.Equal(t, wellknown.EventSlurmGPUIndicesMissing, c.Reason)
+	assert.Contains(t, c.Message, "configure File= for the GPUs in the node's gres.conf")
+	ev := f.events()
+	assert.Contains(t, ev, wellknown.EventSlurmGPUIndicesMissing)
+	assert.Contains(t, ev, "Slurm job")
+
+	// The event is not repeated while nothing changes.
+	_, err = f.reconcile("p")
+	require.NoError(t, err)
+	assert.NotContains(t, f.events(), wellknown.EventSlurmGPUIndicesMissing)
+}

@@ -27,7 +27,45 @@ func jobAnnotations(job *slurm.Job, uid types.UID) map[string]string {
 	if i, ok := job.Rank(uid); ok && len(job.Pods) > 1 {
 		a[wellknown.JobRankAnnotation] = strconv.Itoa(i)
 	}
+	// Written while the job holds its nodes and kept after, as job-nodes is.
+	if idx, err := gpuIndices(job, uid); err == nil && idx != "" {
+		a[wellknown.GPUIndicesAnnotation] = idx
+	}
 	return a
+}
+
+// gpuIndices is the GPU indices ("0,1") Slurm allocated the pod's (uid) job on the pod's
+// node, or why there are none although the job holds GPUs there; "" for a job without
+// GPUs or not holding its nodes now.
+func gpuIndices(job *slurm.Job, uid types.UID) (string, error) {
+	i, ok := job.Rank(uid)
+	if !ok || !job.Allocated() || !job.WantsGPUs() || i >= len(job.Nodes) {
+		return "", nil
+	}
+	idx, err := job.GPUIndices(job.Nodes[i])
+	if err != nil {
+		return "", fmt.Errorf("Slurm job %d on %s: %w", job.ID, job.Nodes[i], err)
+	}
+	parts := make([]string, len(idx))
+	for k, n := range idx {
+		parts[k] = strconv.Itoa(n)
+	}
+	return strings.Join(parts, ","), nil
+}
+
+// podJobCondition is the pod's SlurmJob condition (jobCondition), which also names the
+// GPUs the pod's job holds on its node, or why it cannot.
+func podJobCondition(job *slurm.Job, uid types.UID) (c v1.PodCondition, gpuErr error) {
+	c = jobCondition(job)
+	idx, err := gpuIndices(job, uid)
+	switch {
+	case err != nil:
+		c.Reason = wellknown.EventSlurmGPUIndicesMissing
+		c.Message += "; " + err.Error()
+	case idx != "":
+		c.Message += " with GPU indices " + idx
+	}
+	return c, err
 }
 
 func formatTime(t time.Time) string {

@@ -25,6 +25,13 @@ type Args struct {
 	// GroupPermitTimeout bounds how long a pod group's member, on its allocated node,
 	// waits for the other members before all go back to the queue (default 60s).
 	GroupPermitTimeout metav1.Duration `json:"groupPermitTimeout"`
+	// GPUResourceNames are the extended resources (device plugins') whose requests become
+	// the job's gres/gpu (default [nvidia.com/gpu]; an empty list set explicitly: none).
+	GPUResourceNames []string `json:"gpuResourceNames"`
+	// GPUDeviceClasses are the DRA DeviceClasses of GPUs: a pod requesting one's extended
+	// resource (spec.extendedResourceName, or deviceclass.resource.kubernetes.io/<class>)
+	// gets that many gres/gpu too (default [gpu.nvidia.com]; an empty list: none).
+	GPUDeviceClasses []string `json:"gpuDeviceClasses"`
 }
 
 func (a *Args) setDefaults() {
@@ -40,6 +47,12 @@ func (a *Args) setDefaults() {
 	if a.GroupPermitTimeout.Duration == 0 {
 		a.GroupPermitTimeout.Duration = defaultGroupPermitTimeout
 	}
+	if a.GPUResourceNames == nil {
+		a.GPUResourceNames = defaultGPUResourceNames
+	}
+	if a.GPUDeviceClasses == nil {
+		a.GPUDeviceClasses = defaultGPUDeviceClasses
+	}
 }
 
 func (a *Args) validate() error {
@@ -51,5 +64,5 @@ func (a *Args) validate() error {
 	case a.JWTKeyFile == "":
 		return fmt.Errorf("pluginConfig args: jwtKeyFile is required")
 	}
-	return nil
+	return validateGPUArgs(a.GPUResourceNames, a.GPUDeviceClasses)
 }

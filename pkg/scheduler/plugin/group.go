@@ -170,12 +170,17 @@ func (p *Plugin) waiting(pod *v1.Pod) bool {
 // submitted only once all its members exist, by one of those members.
 func (p *Plugin) specFor(pod *v1.Pod, group *workload.Group) (spec slurmjob.JobSpec, status *fwk.Status) {
 	defer func() { spec, status = p.withDependencies(pod, group, spec, status) }()
+	gpus, err := p.gpus.resources()
+	if err != nil {
+		// Fail closed: without the device classes, a pod's GPUs could go uncounted.
+		return spec, fwk.AsStatus(err)
+	}
 	if group == nil {
 		root, err := p.groups.RootAnnotations(pod)
 		if err != nil {
 			return spec, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 		}
-		spec, err := slurmjob.ForPod(pod, root)
+		spec, err := slurmjob.ForPod(pod, root, gpus)
 		if err != nil {
 			p.event(pod, v1.EventTypeWarning, wellknown.EventInvalidSlurmJobSpec, "Submit", "No Slurm job submitted: %v", err)
 			return spec, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "invalid Slurm job spec: "+err.Error())
@@ -186,7 +191,7 @@ func (p *Plugin) specFor(pod *v1.Pod, group *workload.Group) (spec slurmjob.JobS
 	if status != nil {
 		return slurmjob.JobSpec{}, status
 	}
-	spec, err := slurmjob.ForGroup(group.Key(), group.JobName(), group.Annotations, members)
+	spec, err = slurmjob.ForGroup(group.Key(), group.JobName(), group.Annotations, members, gpus)
 	if err != nil {
 		p.groupEvent(pod, group, v1.EventTypeWarning, wellknown.EventInvalidSlurmJobSpec, "Submit", "No Slurm job submitted for %s: %v", group, err)
 		return spec, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "invalid Slurm job spec: "+err.Error())

@@ -57,6 +57,8 @@ type Plugin struct {
 	// needsNodes holds jobs Slurm refused until its nodes change.
 	needsNodes *needsNodes
 	latency    *latency
+	// gpus tells which extended resources count as GPUs.
+	gpus gpuResourceSource
 }
 
 var (
@@ -97,6 +99,10 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}
 	p := NewWithClient(h, client, w, groups)
 	p.permitTimeout = args.GroupPermitTimeout.Duration
+	p.gpus = gpuResourceSource{names: args.GPUResourceNames, classes: args.GPUDeviceClasses}
+	if len(args.GPUDeviceClasses) > 0 {
+		p.gpus.lister = h.SharedInformerFactory().Resource().V1().DeviceClasses().Lister()
+	}
 	if err := p.watchGroups(informers); err != nil {
 		return nil, err
 	}
@@ -110,6 +116,7 @@ func NewWithClient(h fwk.Handle, c slurm.Client, w *slurm.Watcher, groups *workl
 	p := &Plugin{
 		handle: h, slurm: c, watcher: w, groups: groups, permitTimeout: defaultGroupPermitTimeout, needsNodes: newNeedsNodes(), latency: newLatency(),
 		podLister: h.SharedInformerFactory().Core().V1().Pods().Lister(),
+		gpus:      gpuResourceSource{names: defaultGPUResourceNames},
 	}
 	w.OnChange(p.activate)
 	return p

@@ -115,6 +115,7 @@ func (f *Fake) create(ctx context.Context, obj object.Object, req any, _ ...slur
 	out.JobId = ptr.To(id)
 	out.Name = r.Job.Name
 	out.AdminComment = r.Job.AdminComment
+	out.TresPerNode = r.Job.TresPerNode
 	out.Partition = ptr.To(ptr.Deref(r.Job.Partition, "k8s"))
 	out.JobState = &[]api.V0044JobInfoJobState{api.V0044JobInfoJobStatePENDING}
 	out.StateReason = ptr.To("None")
@@ -308,6 +309,13 @@ func (f *Fake) Allocate(id int32, nodes ...string) error {
 			SelectType *[]api.V0044JobResNodesSelectType `json:"select_type,omitempty"`
 			Whole      *bool                             `json:"whole,omitempty"`
 		}{Allocation: &alloc}
+	})
+}
+
+// SetGRESDetail sets a job's gres_detail, one entry per allocated node ("gpu:2(IDX:0-1)").
+func (f *Fake) SetGRESDetail(id int32, detail ...string) error {
+	return f.updateJob(context.Background(), id, func(j *types.V0044JobInfo) {
+		j.GresDetail = &detail
 	})
 }
 
