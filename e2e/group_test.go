@@ -395,6 +395,11 @@ func TestPendingGroupsDoNotStarveSmallPods(t *testing.T) {
 	// and leaves room for all 20 single pods.
 	addNode(t, "node-5")
 	addNode(t, "node-6")
+	// Before the nodes go (clean-ups run last-registered first): end every pod and job here.
+	t.Cleanup(func() {
+		_ = kube.CoreV1().Pods(ns).DeleteCollection(context.Background(), metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)}, metav1.ListOptions{})
+		eventually(t, 60*time.Second, "no Slurm job of "+ns+" left", func() bool { return len(activeJobsNamed(t, ns+"/")) == 0 })
+	})
 	hold := sbatchJob(t, "-n1", "-w", nodes[0], "-t", "60", "-J", ns+"/hold", "--wrap", "sleep 3000")
 	waitJobState(t, hold, "RUNNING")
 	size := int32(len(nodes) + 2)

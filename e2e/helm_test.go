@@ -26,9 +26,10 @@ const (
 	runnerNode    = "kubeslurm-podrunner"
 )
 
-// helmValues install the chart beside the local cluster's own objects (other names, other
-// host ports: the pod runner runs pods in the host's network), against the local Slurm,
-// with the webhook called by URL (the local API server reaches no Service).
+// helmValues install the chart beside the local cluster's own objects (other names, and host
+// ports clear of every local component's, lib.sh comp_ports: the pod runner runs pods in the
+// host's network), against the local Slurm, with the webhook called by URL (the local API
+// server reaches no Service).
 var helmValues = []string{
 	"namePrefix=" + helmRelease,
 	"slurm.restdURL=http://127.0.0.1:6820",
@@ -37,7 +38,7 @@ var helmValues = []string{
 	"scheduler.replicas=1",
 	"scheduler.securePort=10269",
 	"controller.metricsPort=18080", "controller.healthPort=18081",
-	"webhook.port=9444", "webhook.url=https://127.0.0.1:9444", "webhook.certHosts={127.0.0.1}",
+	"webhook.port=9453", "webhook.url=https://127.0.0.1:9453", "webhook.certHosts={127.0.0.1}",
 }
 
 // TestHelmInstall: `helm install charts/kubeslurm` brings up a scheduler and a controller

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,8 +16,22 @@ import (
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
 
-// The local controller runs with --topology-file (deploy/local/lib.sh): the topology is
-// named "kubeslurm", read from nvidia.com/gpu.clique, base block size 4.
+// withTopology restarts the local controller with --topology-file (deploy/local/lib.sh does
+// so while $RUN/controller-topology exists): the topology is named "kubeslurm", read from
+// nvidia.com/gpu.clique, base block size 4. Called first, so that its clean-up (the
+// controller back without topology) runs last. Slurm keeps the last topology.yaml the
+// controller wrote (every node in the default block) until the cluster is taken down.
+func withTopology(t *testing.T) {
+	t.Helper()
+	flag := filepath.Join(runDir, "controller-topology")
+	require.NoError(t, os.WriteFile(flag, nil, 0o644))
+	component(t, "restart", "controller")
+	t.Cleanup(func() {
+		require.NoError(t, os.Remove(flag))
+		component(t, "restart", "controller")
+	})
+}
+
 const (
 	cliqueLabel  = "nvidia.com/gpu.clique"
 	topologyName = "kubeslurm"
@@ -66,6 +82,7 @@ func sorted(s []string) []string {
 // inside one block; relabelling a node moves it; a node's own topology setting in Slurm is
 // brought back to its label.
 func TestTopologyBlocksFromCliqueLabels(t *testing.T) {
+	withTopology(t)
 	ns := namespace(t)
 	base := sorted(nodes)
 	require.GreaterOrEqual(t, len(base), 4, "the local cluster has at least 4 nodes")
@@ -147,6 +164,7 @@ func TestTopologyBlocksFromCliqueLabels(t *testing.T) {
 
 // 2. A node with no clique label is in the default block, so it can run jobs.
 func TestTopologyUnlabelledNodesShareTheDefaultBlock(t *testing.T) {
+	withTopology(t)
 	eventually(t, topologyWait, "every node in the default block", func() bool {
 		return slices.Equal(slurmBlocks(t)[defaultBlock], sorted(nodes))
 	})

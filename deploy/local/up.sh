@@ -61,7 +61,12 @@ kc apply --server-side --force-conflicts \
   -f "$(workload_module_dir jobset)/config/components/crd/bases/" \
   -f "$(workload_module_dir lws)/config/crd/bases/" | sed 's/^/    /'
 # The scheduler discovers the APIs it can read when it starts: have them served by then.
-kc wait --for=condition=Established crd --all --timeout=60s >/dev/null
+# (kubectl wait errors out on a CRD whose status is not written yet: try again.)
+for i in $(seq 30); do
+  kc wait --for=condition=Established crd --all --timeout=60s >/dev/null 2>&1 && break
+  [ "$i" -lt 30 ] || die "CRDs not Established"
+  sleep 1
+done
 for c in "${WORKLOAD_CONTROLLERS[@]}"; do comp_start "$c"; done
 sed "s|@CA_BUNDLE@|$(base64 -w0 "$WORKLOAD_WEBHOOK_CERTS/ca.crt")|" "$LOCAL_DIR/workload-webhooks.yaml.tmpl" |
   kc apply -f - | sed 's/^/    /'
