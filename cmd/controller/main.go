@@ -143,6 +143,7 @@ func newCommand() *cobra.Command {
 	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
 	klog.InitFlags(klogFlags)
 	f.AddGoFlagSet(klogFlags)
+	cmd.AddCommand(newAgentCommand())
 	return cmd
 }
 

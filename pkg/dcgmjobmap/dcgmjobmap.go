@@ -2,7 +2,8 @@
 // exporter's HPC job mapping: in a directory on each GPU node, one file per GPU index
 // holding the ids of the Slurm jobs using that GPU (dcgm-exporter --hpc-job-mapping-dir,
 // the GPU operator's dcgmExporter.hpcJobMapping). The controller publishes them in a
-// ConfigMap for whatever manages slurmd's configuration to install.
+// ConfigMap for whatever manages slurmd's configuration to install. Sync writes the same
+// files for the job mapping agent (pkg/controller/jobmapping), beside the scripts' lines.
 package dcgmjobmap
 
 import (
