@@ -6,7 +6,7 @@ SHELL := /bin/bash
 BIN   := $(CURDIR)/bin
 GO    ?= go
 
-.PHONY: all build tools slurm-root up down status test unit e2e bench bench-e2e fmt vet clean
+.PHONY: all build tools slurm-root up down status test unit e2e bench bench-e2e fmt vet clean generate
 
 all: build
 
@@ -34,10 +34,15 @@ down:
 status:
 	deploy/local/status.sh
 
+## generate: our CRDs (manifests/crds/slurm.kubeslurm.io_*) and DeepCopy from api/, by controller-gen
+generate:
+	hack/generate.sh
+
 ## unit: unit tests (no cluster needed)
 unit:
 	hack/check-manifests.sh
 	hack/crds.sh --check
+	hack/generate.sh --check
 	$(GO) test ./pkg/... ./cmd/...
 
 ## e2e: end-to-end tests on the local cluster (brings it up if needed)

@@ -21,8 +21,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
 	nodecontroller "github.com/kubeslurm/kubeslurm/pkg/controller/node"
 	podcontroller "github.com/kubeslurm/kubeslurm/pkg/controller/pod"
+	slurmclustercontroller "github.com/kubeslurm/kubeslurm/pkg/controller/slurmcluster"
 	"github.com/kubeslurm/kubeslurm/pkg/slurm"
 	"github.com/kubeslurm/kubeslurm/pkg/webhook"
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
@@ -55,6 +57,8 @@ type options struct {
 	webhookCertDir    string
 	webhookCertSecret string
 	webhookCertHosts  []string
+	// SlurmClusters (pkg/controller/slurmcluster).
+	slurmClusters bool
 }
 
 func main() {
@@ -105,6 +109,8 @@ func newCommand() *cobra.Command {
 		"namespace/name of the Secret holding the webhook's CA and certificate (it must exist)")
 	f.StringSliceVar(&o.webhookCertHosts, "webhook-cert-hosts", []string{"kubeslurm-webhook.kubeslurm-system.svc"},
 		"DNS names or IP addresses the API server calls the webhook at")
+	f.BoolVar(&o.slurmClusters, "enable-slurmcluster", false,
+		"reconcile SlurmCluster objects: generate their key Secrets and render their slurm.conf into a ConfigMap (the daemons are not run yet)")
 	for _, name := range []string{"slurmrestd-url", "slurm-jwt-key-file"} {
 		_ = cmd.MarkFlagRequired(name)
 	}
@@ -129,6 +135,9 @@ func run(ctx context.Context, o options) error {
 	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := slurmv1.AddToScheme(scheme); err != nil {
 		return err
 	}
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
@@ -179,6 +188,15 @@ func run(ctx context.Context, o options) error {
 			TaintEffect:       taintEffect,
 		}).SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up node controller: %w", err)
+		}
+	}
+	if o.slurmClusters {
+		if err := (&slurmclustercontroller.Reconciler{
+			Client:    mgr.GetClient(),
+			APIReader: mgr.GetAPIReader(),
+			Recorder:  mgr.GetEventRecorder("kubeslurm-controller"),
+		}).SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("setting up the SlurmCluster controller: %w", err)
 		}
 	}
 	if o.webhook {
