@@ -25,6 +25,7 @@ import (
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
 	"github.com/kubeslurm/kubeslurm/pkg/controller/slurmcluster"
 	"github.com/kubeslurm/kubeslurm/pkg/slurmconf"
+	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
 
 // slurmClient is a controller-runtime client that knows SlurmClusters.
@@ -95,25 +96,25 @@ func TestSlurmClusterKeysAndConfig(t *testing.T) {
 	} {
 		assert.Contains(t, conf, line+"\n")
 	}
-	assert.Equal(t, cm.Annotations[slurmcluster.HashAnnotation], c.Status.ConfigHash)
+	assert.Equal(t, cm.Annotations[wellknown.SlurmConfigHashAnnotation], c.Status.ConfigHash)
 	kwokNodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "type=kwok"})
 	require.NoError(t, err)
 	assert.EqualValues(t, len(kwokNodes.Items)+2, c.Status.DesiredWorkers, "cpu: the kwok nodes; gpu: 2 replicas")
 
 	// A partition's setting changes: the ConfigMap follows, with an event.
-	oldHash := cm.Annotations[slurmcluster.HashAnnotation]
+	oldHash := cm.Annotations[wellknown.SlurmConfigHashAnnotation]
 	nodeKubectl(t, "-n", ns, "patch", "slurmcluster", "slurm", "--type=json",
 		"-p", `[{"op":"replace","path":"/spec/partitions/1/maxTime","value":"60"}]`)
 	eventually(t, 30*time.Second, "the ConfigMap has the gpu partition's new MaxTime", func() bool {
 		cm = configMap()
 		return strings.Contains(cm.Data["slurm.conf"], "PartitionName=gpu Nodes=gpu MaxTime=60 State=UP PriorityTier=2\n")
 	})
-	assert.NotEqual(t, oldHash, cm.Annotations[slurmcluster.HashAnnotation])
+	assert.NotEqual(t, oldHash, cm.Annotations[wellknown.SlurmConfigHashAnnotation])
 	eventually(t, 30*time.Second, "status names the new configuration", func() bool {
-		return get().Status.ConfigHash == cm.Annotations[slurmcluster.HashAnnotation]
+		return get().Status.ConfigHash == cm.Annotations[wellknown.SlurmConfigHashAnnotation]
 	})
 	eventually(t, 30*time.Second, "a SlurmConfigUpdated event naming the old configuration", func() bool {
-		return strings.Contains(clusterEvents(t, ns, slurmcluster.EventConfigUpdated), oldHash)
+		return strings.Contains(clusterEvents(t, ns, wellknown.EventSlurmConfigUpdated), oldHash)
 	})
 
 	// A line that would override a key of ours is refused; the ConfigMap stays as it was.
@@ -127,7 +128,7 @@ func TestSlurmClusterKeysAndConfig(t *testing.T) {
 	assert.Equal(t, slurmcluster.ReasonInvalidConfig, cond.Reason)
 	assert.Contains(t, cond.Message, "AuthType is set by kubeslurm")
 	eventually(t, 30*time.Second, "a SlurmConfigRefused event", func() bool {
-		return strings.Contains(clusterEvents(t, ns, slurmcluster.EventConfigRefused), "AuthType")
+		return strings.Contains(clusterEvents(t, ns, wellknown.EventSlurmConfigRefused), "AuthType")
 	})
 	cm = configMap()
 	assert.Equal(t, good.ResourceVersion, cm.ResourceVersion, "the old ConfigMap is unchanged")
@@ -137,7 +138,7 @@ func TestSlurmClusterKeysAndConfig(t *testing.T) {
 	require.NoError(t, err, out)
 	t.Logf("kubectl get slurmcluster:\n%s", out)
 	assert.Regexp(t, `(?m)^NAME\s+READY\s+WORKERS\s+NODES\s+CONFIG\s+KEYS\s+RECONFIGURED\s+AGE$`, out)
-	assert.Regexp(t, `(?m)^slurm\s+0\s+\d+\s+False\s+True\s+`, out)
+	assert.Regexp(t, `(?m)^slurm\s+0\s+\d+\s+(<none>\s+)?False\s+True\s+`, out)
 
 	// The keys were never rotated through all this.
 	for name, k := range keys {
@@ -185,11 +186,12 @@ func TestSlurmAcceptsRenderedConfig(t *testing.T) {
 	}
 	files, err := slurmconf.Render(c)
 	require.NoError(t, err)
-	out, ok := runThrowawaySlurmctld(t, "conftest-controller-0", files)
+	host, addr := slurmconf.ControllerHost(c)
+	out, ok := runThrowawaySlurmctld(t, host, addr, files)
 	assert.True(t, ok, "slurmctld did not take the rendered configuration:\n%s", out)
 
 	broken := map[string]string{"slurm.conf": files["slurm.conf"] + "NoSuchParameter=1\n", "cgroup.conf": files["cgroup.conf"]}
-	out, ok = runThrowawaySlurmctld(t, "conftest-controller-0", broken)
+	out, ok = runThrowawaySlurmctld(t, host, addr, broken)
 	assert.False(t, ok, "slurmctld took an unknown parameter; the harness cannot tell:\n%s", out)
 
 	c.Spec.ExtraConfig = "SchedulerParameters=bf_interval=60\nAuthType=auth/none"
@@ -200,11 +202,14 @@ func TestSlurmAcceptsRenderedConfig(t *testing.T) {
 // runThrowawaySlurmctld starts slurmctld -D on files (slurm.conf, cgroup.conf, plus the
 // local cluster's slurm.key beside them) and reports whether it came up as primary
 // controller within 30 s. It never touches the local cluster's slurmctld: own network
-// namespace (so its own ports), own tmpfs for state, PID and config.
-func runThrowawaySlurmctld(t *testing.T, hostname string, files map[string]string) (string, bool) {
+// namespace (so its own ports), own tmpfs for state, PID and config, own /etc/hosts.
+func runThrowawaySlurmctld(t *testing.T, hostname, addr string, files map[string]string) (string, bool) {
 	t.Helper()
 	var script strings.Builder
 	script.WriteString("set -e\ncp /etc/slurm/slurm.key /tmp/conf/slurm.key && chmod 600 /tmp/conf/slurm.key\n")
+	// The Service name resolves as cluster DNS would; the bind is in slurm-exec's private
+	// mount namespace, so the root's /etc/hosts is untouched.
+	fmt.Fprintf(&script, "cp /etc/hosts /tmp/conf/hosts && echo '127.0.0.1 %s %s' >>/tmp/conf/hosts && mount --bind /tmp/conf/hosts /etc/hosts\n", hostname, addr)
 	for name, text := range files {
 		fmt.Fprintf(&script, "cat > /tmp/conf/%s <<'KUBESLURM_EOF'\n%sKUBESLURM_EOF\n", name, text)
 	}

@@ -23,15 +23,10 @@ import (
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
 	"github.com/kubeslurm/kubeslurm/pkg/slurmconf"
+	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
 
 const (
-	// HashAnnotation on the ConfigMap is the hash of its files (slurmconf.Files.Hash): pods
-	// that mount it carry it too, so a change rolls or reconfigures them.
-	HashAnnotation = "slurm.kubeslurm.io/config-hash"
-	// ClusterLabel names the SlurmCluster on the objects made for it.
-	ClusterLabel = "slurm.kubeslurm.io/cluster"
-
 	// SlurmKeyName and JWTKeyName are the data keys of the generated Secrets.
 	SlurmKeyName = "slurm.key"
 	JWTKeyName   = "jwt_hs256.key"
@@ -39,13 +34,6 @@ const (
 	// /dev/random); the HS256 key 64 bytes, more than the 32 HS256 needs.
 	slurmKeyBytes = 1024
 	jwtKeyBytes   = 64
-
-	// Event reasons.
-	EventConfigUpdated  = "SlurmConfigUpdated"
-	EventConfigRefused  = "SlurmConfigRefused"
-	EventKeyGenerated   = "SlurmKeyGenerated"
-	EventKeyRegenerated = "SlurmKeyRegenerated"
-	EventKeyMissing     = "SlurmKeyMissing"
 
 	// Condition reasons.
 	ReasonRendered        = "Rendered"
@@ -161,10 +149,10 @@ func (r *Reconciler) ensureKeys(ctx context.Context, c *slurmv1.SlurmCluster, st
 			if wasReady {
 				// The generated Secret was deleted: the new key differs from the one every
 				// daemon holds. Say so loudly; it is not a silent rotation.
-				r.Recorder.Eventf(c, nil, v1.EventTypeWarning, EventKeyRegenerated, "GenerateKey",
+				r.Recorder.Eventf(c, nil, v1.EventTypeWarning, wellknown.EventSlurmKeyRegenerated, "GenerateKey",
 					"Secret %s of the %s was deleted; generated a new key: every Slurm daemon must restart with it", name, k.what)
 			} else {
-				r.Recorder.Eventf(c, nil, v1.EventTypeNormal, EventKeyGenerated, "GenerateKey",
+				r.Recorder.Eventf(c, nil, v1.EventTypeNormal, wellknown.EventSlurmKeyGenerated, "GenerateKey",
 					"Generated the %s into Secret %s", k.what, name)
 			}
 		}
@@ -172,7 +160,7 @@ func (r *Reconciler) ensureKeys(ctx context.Context, c *slurmv1.SlurmCluster, st
 	if len(problems) > 0 {
 		msg := fmt.Sprint(problems)
 		if setCondition(status, c.Generation, slurmv1.ConditionKeysReady, metav1.ConditionFalse, ReasonKeySecretAbsent, msg) {
-			r.Recorder.Eventf(c, nil, v1.EventTypeWarning, EventKeyMissing, "CheckKeys", "%s", msg)
+			r.Recorder.Eventf(c, nil, v1.EventTypeWarning, wellknown.EventSlurmKeyMissing, "CheckKeys", "%s", msg)
 		}
 		return keyProblem{msg}
 	}
@@ -186,7 +174,7 @@ func (r *Reconciler) generateKey(ctx context.Context, c *slurmv1.SlurmCluster, n
 		return err
 	}
 	s := &v1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name, Labels: map[string]string{ClusterLabel: c.Name}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name, Labels: map[string]string{wellknown.SlurmClusterLabel: c.Name}},
 		Type:       v1.SecretTypeOpaque,
 		Data:       map[string][]byte{key: b},
 	}
@@ -207,7 +195,7 @@ func (r *Reconciler) ensureConfig(ctx context.Context, c *slurmv1.SlurmCluster, 
 	if err != nil {
 		msg := err.Error() + "; the last valid configuration stays in place"
 		if setCondition(status, c.Generation, slurmv1.ConditionConfigValid, metav1.ConditionFalse, ReasonInvalidConfig, msg) {
-			r.Recorder.Eventf(c, nil, v1.EventTypeWarning, EventConfigRefused, "RenderConfig", "%s", msg)
+			r.Recorder.Eventf(c, nil, v1.EventTypeWarning, wellknown.EventSlurmConfigRefused, "RenderConfig", "%s", msg)
 		}
 		return nil
 	}
@@ -231,7 +219,7 @@ func (r *Reconciler) ensureConfig(ctx context.Context, c *slurmv1.SlurmCluster, 
 	case !metav1.IsControlledBy(cm, c):
 		msg := fmt.Sprintf("ConfigMap %s exists and is not this SlurmCluster's", key.Name)
 		if setCondition(status, c.Generation, slurmv1.ConditionConfigValid, metav1.ConditionFalse, ReasonConfigMapOwned, msg) {
-			r.Recorder.Eventf(c, nil, v1.EventTypeWarning, EventConfigRefused, "RenderConfig", "%s", msg)
+			r.Recorder.Eventf(c, nil, v1.EventTypeWarning, wellknown.EventSlurmConfigRefused, "RenderConfig", "%s", msg)
 		}
 		return nil
 	default:
@@ -253,7 +241,7 @@ func (r *Reconciler) ensureConfig(ctx context.Context, c *slurmv1.SlurmCluster, 
 func (r *Reconciler) configChanged(c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus, hash, verb string) {
 	now := metav1.Now()
 	status.ConfigUpdateTime = &now
-	r.Recorder.Eventf(c, nil, v1.EventTypeNormal, EventConfigUpdated, "RenderConfig",
+	r.Recorder.Eventf(c, nil, v1.EventTypeNormal, wellknown.EventSlurmConfigUpdated, "RenderConfig",
 		"%s ConfigMap %s with configuration %s (was %q)", verb, ConfigMapName(c), hash, c.Status.ConfigHash)
 }
 
@@ -263,11 +251,11 @@ func fillConfigMap(cm *v1.ConfigMap, c *slurmv1.SlurmCluster, files slurmconf.Fi
 	if cm.Labels == nil {
 		cm.Labels = map[string]string{}
 	}
-	cm.Labels[ClusterLabel] = c.Name
+	cm.Labels[wellknown.SlurmClusterLabel] = c.Name
 	if cm.Annotations == nil {
 		cm.Annotations = map[string]string{}
 	}
-	cm.Annotations[HashAnnotation] = hash
+	cm.Annotations[wellknown.SlurmConfigHashAnnotation] = hash
 	cm.Data = maps.Clone(files)
 	cm.BinaryData = nil
 }

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
+	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
 
 type fixture struct {
@@ -122,14 +123,14 @@ func TestKeysGeneratedOnceAndConfigRendered(t *testing.T) {
 	assert.Contains(t, cm.Data, "cgroup.conf")
 
 	c := f.cluster()
-	assert.Equal(t, cm.Annotations[HashAnnotation], c.Status.ConfigHash)
+	assert.Equal(t, cm.Annotations[wellknown.SlurmConfigHashAnnotation], c.Status.ConfigHash)
 	assert.Equal(t, metav1.ConditionTrue, condition(c, slurmv1.ConditionConfigValid).Status)
 	assert.Equal(t, metav1.ConditionTrue, condition(c, slurmv1.ConditionKeysReady).Status)
 	assert.NotNil(t, c.Status.ConfigUpdateTime)
 	assert.EqualValues(t, 1+3, c.Status.DesiredWorkers, "one matching node and three replicas")
 	ev := strings.Join(f.events(), "\n")
-	assert.Contains(t, ev, EventKeyGenerated)
-	assert.Contains(t, ev, EventConfigUpdated)
+	assert.Contains(t, ev, wellknown.EventSlurmKeyGenerated)
+	assert.Contains(t, ev, wellknown.EventSlurmConfigUpdated)
 
 	// Level-based and idempotent: nothing changes, no event, keys kept.
 	f.reconcile()
@@ -149,12 +150,12 @@ func TestPartitionChangeUpdatesConfigMap(t *testing.T) {
 	f.reconcile()
 	after := f.configMap()
 	assert.Contains(t, after.Data["slurm.conf"], "PartitionName=batch Nodes=ALL Default=YES MaxTime=120 State=UP\n")
-	assert.NotEqual(t, before.Annotations[HashAnnotation], after.Annotations[HashAnnotation])
-	assert.Equal(t, after.Annotations[HashAnnotation], f.cluster().Status.ConfigHash)
+	assert.NotEqual(t, before.Annotations[wellknown.SlurmConfigHashAnnotation], after.Annotations[wellknown.SlurmConfigHashAnnotation])
+	assert.Equal(t, after.Annotations[wellknown.SlurmConfigHashAnnotation], f.cluster().Status.ConfigHash)
 	ev := f.events()
 	require.Len(t, ev, 1)
-	assert.Contains(t, ev[0], EventConfigUpdated)
-	assert.Contains(t, ev[0], before.Annotations[HashAnnotation], "the event names the old configuration")
+	assert.Contains(t, ev[0], wellknown.EventSlurmConfigUpdated)
+	assert.Contains(t, ev[0], before.Annotations[wellknown.SlurmConfigHashAnnotation], "the event names the old configuration")
 }
 
 func TestRefusedExtraConfigKeepsOldConfigMap(t *testing.T) {
@@ -176,10 +177,10 @@ func TestRefusedExtraConfigKeepsOldConfigMap(t *testing.T) {
 	assert.Equal(t, ReasonInvalidConfig, cond.Reason)
 	assert.Contains(t, cond.Message, "AuthType is set by kubeslurm")
 	assert.Equal(t, c.Generation, c.Status.ObservedGeneration)
-	assert.Equal(t, before.Annotations[HashAnnotation], c.Status.ConfigHash, "status still names the configuration in use")
+	assert.Equal(t, before.Annotations[wellknown.SlurmConfigHashAnnotation], c.Status.ConfigHash, "status still names the configuration in use")
 	ev := f.events()
 	require.Len(t, ev, 1)
-	assert.Contains(t, ev[0], EventConfigRefused)
+	assert.Contains(t, ev[0], wellknown.EventSlurmConfigRefused)
 
 	f.reconcile()
 	assert.Empty(t, f.events(), "the refusal is reported once, not on every reconcile")
@@ -202,7 +203,7 @@ func TestExistingKeySecretsAreNeverOverwritten(t *testing.T) {
 	assert.Contains(t, cond.Message, "Secret site-key of the auth/slurm key (spec.auth) does not exist")
 	assert.Contains(t, cond.Message, "Secret slurm-jwt-key has no jwt_hs256.key")
 	assert.Equal(t, broken.Data, f.secret("slurm-jwt-key").Data)
-	assert.Contains(t, strings.Join(f.events(), "\n"), EventKeyMissing)
+	assert.Contains(t, strings.Join(f.events(), "\n"), wellknown.EventSlurmKeyMissing)
 	// The configuration does not depend on the keys' presence.
 	assert.Equal(t, metav1.ConditionTrue, condition(f.cluster(), slurmv1.ConditionConfigValid).Status)
 
@@ -225,7 +226,7 @@ func TestDeletedGeneratedKeyIsRegeneratedLoudly(t *testing.T) {
 	assert.NotEqual(t, old.Data, f.secret("slurm-slurm-key").Data)
 	ev := f.events()
 	require.Len(t, ev, 1)
-	assert.Contains(t, ev[0], "Warning "+EventKeyRegenerated)
+	assert.Contains(t, ev[0], "Warning "+wellknown.EventSlurmKeyRegenerated)
 }
 
 func TestForeignConfigMapIsNotTaken(t *testing.T) {
