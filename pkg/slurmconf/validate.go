@@ -86,6 +86,11 @@ func validateLines(text string, reserved map[string]bool) error {
 	if strings.ContainsAny(text, "\r\v\f\u0085\u2028\u2029") {
 		return fmt.Errorf("extra config holds a line break other than \\n")
 	}
+	for _, r := range text {
+		if (r < 0x20 && r != '\n' && r != '\t') || r == 0x7f {
+			return fmt.Errorf("extra config holds control character %U", r)
+		}
+	}
 	for i, line := range strings.Split(text, "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") && !strings.HasSuffix(line, "\\") {
