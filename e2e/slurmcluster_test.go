@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -259,4 +260,44 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// A key the spec references is never created by the controller, which cannot read Secrets:
+// the real API server's dry-run create tells it the Secret is missing (KeysReady False,
+// nothing written), then that it exists once the user makes it.
+func TestSlurmClusterReferencedKey(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	kc := slurmClient(t)
+	c := &slurmv1.SlurmCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ref"},
+		Spec: slurmv1.SlurmClusterSpec{Auth: slurmv1.AuthSpec{
+			JWTKeyRef: &v1.SecretKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "site-jwt"}, Key: "jwt"}}},
+	}
+	require.NoError(t, kc.Create(ctx, c))
+	keysReady := func() *metav1.Condition {
+		got := &slurmv1.SlurmCluster{}
+		require.NoError(t, kc.Get(ctx, client.ObjectKeyFromObject(c), got))
+		return meta.FindStatusCondition(got.Status.Conditions, slurmv1.ConditionKeysReady)
+	}
+	eventually(t, 30*time.Second, "KeysReady False", func() bool {
+		cond := keysReady()
+		return cond != nil && cond.Status == metav1.ConditionFalse
+	})
+	assert.Contains(t, keysReady().Message, "Secret site-jwt of the auth/jwt key (spec.auth) does not exist")
+	_, err := kube.CoreV1().Secrets(ns).Get(ctx, "site-jwt", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "the probe created nothing: %v", err)
+	_, err = kube.CoreV1().Secrets(ns).Get(ctx, "ref-slurm-key", metav1.GetOptions{})
+	assert.NoError(t, err, "the unreferenced key is generated")
+
+	_, err = kube.CoreV1().Secrets(ns).Create(ctx, &v1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "site-jwt"},
+		Data: map[string][]byte{"jwt": []byte("site")}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	eventually(t, 60*time.Second, "KeysReady True once the Secret exists", func() bool {
+		cond := keysReady()
+		return cond != nil && cond.Status == metav1.ConditionTrue
+	})
+	s, err := kube.CoreV1().Secrets(ns).Get(ctx, "site-jwt", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, []byte("site"), s.Data["jwt"], "the user's Secret is untouched")
 }

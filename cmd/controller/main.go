@@ -192,9 +192,8 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.slurmClusters {
 		if err := (&slurmclustercontroller.Reconciler{
-			Client:    mgr.GetClient(),
-			APIReader: mgr.GetAPIReader(),
-			Recorder:  mgr.GetEventRecorder("kubeslurm-controller"),
+			Client:   mgr.GetClient(),
+			Recorder: mgr.GetEventRecorder("kubeslurm-controller"),
 		}).SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the SlurmCluster controller: %w", err)
 		}

@@ -10,6 +10,8 @@ import (
 	"crypto/rand"
 	"fmt"
 	"maps"
+	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -34,6 +36,8 @@ const (
 	// /dev/random); the HS256 key 64 bytes, more than the 32 HS256 needs.
 	slurmKeyBytes = 1024
 	jwtKeyBytes   = 64
+	// keyRetry: how soon a missing referenced Secret is looked for again.
+	keyRetry = 10 * time.Second
 
 	// Condition reasons.
 	ReasonRendered        = "Rendered"
@@ -64,11 +68,10 @@ func JWTKeySecret(c *slurmv1.SlurmCluster) (name, key string) {
 
 // Reconciler reconciles one SlurmCluster's keys and configuration.
 type Reconciler struct {
-	// Client is the manager's cached client (SlurmClusters, ConfigMaps, Nodes).
-	Client client.Client
-	// APIReader reads Secrets directly: the controller does not watch every Secret.
-	APIReader client.Reader
-	Recorder  events.EventRecorder
+	// Client is the manager's cached client (SlurmClusters, ConfigMaps, Nodes). Secrets
+	// are only ever created through it, never read.
+	Client   client.Client
+	Recorder events.EventRecorder
 }
 
 // SetupWithManager registers the reconciler; a change to a ConfigMap it made queues its cluster.
@@ -87,7 +90,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	status := c.Status.DeepCopy()
-	if err := r.ensureKeys(ctx, c, status); err != nil && !isKeyProblem(err) {
+	var result ctrl.Result
+	if err := r.ensureKeys(ctx, c, status); isKeyProblem(err) {
+		// Secrets are not watched: look for a missing one again.
+		result.RequeueAfter = keyRetry
+	} else if err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.ensureConfig(ctx, c, status); err != nil {
@@ -105,7 +112,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{}, err
 		}
 	}
-	return ctrl.Result{}, nil
+	return result, nil
 }
 
 // keyProblem is a key the spec names that cannot be used: the user must act, retrying
@@ -116,8 +123,11 @@ func (e keyProblem) Error() string { return e.msg }
 
 func isKeyProblem(err error) bool { _, ok := err.(keyProblem); return ok }
 
-// ensureKeys sets KeysReady: both keys present, generating a missing one the spec does
-// not name. An existing Secret is never written to.
+// ensureKeys sets KeysReady: both key Secrets exist, a missing one the spec does not name
+// generated. The controller may create Secrets but not read them (it must not see every
+// Secret of the cluster), so existence is learnt from create itself: AlreadyExists means
+// the Secret is there and it is left as it is; a referenced Secret is probed with a
+// dry-run create, which never writes. Its content is checked by the daemons that mount it.
 func (r *Reconciler) ensureKeys(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus) error {
 	wasReady := meta.IsStatusConditionTrue(status.Conditions, slurmv1.ConditionKeysReady)
 	var problems []string
@@ -131,47 +141,64 @@ func (r *Reconciler) ensureKeys(ctx context.Context, c *slurmv1.SlurmCluster, st
 		{"auth/jwt key", c.Spec.Auth.JWTKeyRef, JWTKeySecret, jwtKeyBytes},
 	} {
 		name, key := k.name(c)
-		s := &v1.Secret{}
-		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s)
-		switch {
-		case err == nil && len(s.Data[key]) > 0:
-			continue
-		case err == nil:
-			problems = append(problems, fmt.Sprintf("Secret %s has no %s for the %s", name, key, k.what))
-		case !apierrors.IsNotFound(err):
-			return fmt.Errorf("reading Secret %s: %w", name, err)
-		case k.ref != nil:
-			problems = append(problems, fmt.Sprintf("Secret %s of the %s (spec.auth) does not exist", name, k.what))
-		default:
-			if err := r.generateKey(ctx, c, name, key, k.size); err != nil {
+		if k.ref != nil {
+			exists, err := r.secretExists(ctx, c.Namespace, name)
+			if err != nil {
 				return err
 			}
-			if wasReady {
-				// The generated Secret was deleted: the new key differs from the one every
-				// daemon holds. Say so loudly; it is not a silent rotation.
-				r.Recorder.Eventf(c, nil, v1.EventTypeWarning, wellknown.EventSlurmKeyRegenerated, "GenerateKey",
-					"Secret %s of the %s was deleted; generated a new key: every Slurm daemon must restart with it", name, k.what)
-			} else {
-				r.Recorder.Eventf(c, nil, v1.EventTypeNormal, wellknown.EventSlurmKeyGenerated, "GenerateKey",
-					"Generated the %s into Secret %s", k.what, name)
+			if !exists {
+				problems = append(problems, fmt.Sprintf("Secret %s of the %s (spec.auth) does not exist", name, k.what))
 			}
+			continue
+		}
+		created, err := r.generateKey(ctx, c, name, key, k.size)
+		switch {
+		case err != nil:
+			return err
+		case created && wasReady:
+			// The generated Secret was deleted: the new key differs from the one every
+			// daemon holds. Say so loudly; it is not a silent rotation.
+			r.Recorder.Eventf(c, nil, v1.EventTypeWarning, wellknown.EventSlurmKeyRegenerated, "GenerateKey",
+				"Secret %s of the %s was deleted; generated a new key: every Slurm daemon must restart with it", name, k.what)
+		case created:
+			r.Recorder.Eventf(c, nil, v1.EventTypeNormal, wellknown.EventSlurmKeyGenerated, "GenerateKey",
+				"Generated the %s into Secret %s", k.what, name)
 		}
 	}
 	if len(problems) > 0 {
-		msg := fmt.Sprint(problems)
+		msg := strings.Join(problems, "; ")
 		if setCondition(status, c.Generation, slurmv1.ConditionKeysReady, metav1.ConditionFalse, ReasonKeySecretAbsent, msg) {
 			r.Recorder.Eventf(c, nil, v1.EventTypeWarning, wellknown.EventSlurmKeyMissing, "CheckKeys", "%s", msg)
 		}
 		return keyProblem{msg}
 	}
-	setCondition(status, c.Generation, slurmv1.ConditionKeysReady, metav1.ConditionTrue, ReasonKeysPresent, "auth/slurm and auth/jwt keys present")
+	slurmName, _ := SlurmKeySecret(c)
+	jwtName, _ := JWTKeySecret(c)
+	setCondition(status, c.Generation, slurmv1.ConditionKeysReady, metav1.ConditionTrue, ReasonKeysPresent,
+		fmt.Sprintf("Secrets %s and %s exist", slurmName, jwtName))
 	return nil
 }
 
-func (r *Reconciler) generateKey(ctx context.Context, c *slurmv1.SlurmCluster, name, key string, size int) error {
+// secretExists probes a Secret with a dry-run create of an empty one: AlreadyExists says
+// it is there, without the right to read it.
+func (r *Reconciler) secretExists(ctx context.Context, ns, name string) (bool, error) {
+	probe := &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	err := r.Client.Create(ctx, probe, client.DryRunAll)
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("probing Secret %s: %w", name, err)
+	}
+	return false, nil
+}
+
+// generateKey creates the Secret with a new random key, unless it exists (reported as
+// not created; an existing Secret is never written to).
+func (r *Reconciler) generateKey(ctx context.Context, c *slurmv1.SlurmCluster, name, key string, size int) (bool, error) {
 	b := make([]byte, size)
 	if _, err := rand.Read(b); err != nil {
-		return err
+		return false, err
 	}
 	s := &v1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name, Labels: map[string]string{wellknown.SlurmClusterLabel: c.Name}},
@@ -179,13 +206,16 @@ func (r *Reconciler) generateKey(ctx context.Context, c *slurmv1.SlurmCluster, n
 		Data:       map[string][]byte{key: b},
 	}
 	if err := controllerutil.SetControllerReference(c, s, r.Client.Scheme()); err != nil {
-		return err
+		return false, err
 	}
-	// AlreadyExists: made since we read (another reconcile); it is kept, not overwritten.
-	if err := r.Client.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating Secret %s: %w", name, err)
+	err := r.Client.Create(ctx, s)
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("creating Secret %s: %w", name, err)
 	}
-	return nil
+	return true, nil
 }
 
 // ensureConfig renders the spec into the ConfigMap and sets ConfigValid. A spec that does

@@ -8,15 +8,18 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
@@ -34,9 +37,25 @@ func newFixture(t *testing.T, objs ...client.Object) *fixture {
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	require.NoError(t, slurmv1.AddToScheme(scheme))
 	kube := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
-		WithStatusSubresource(&slurmv1.SlurmCluster{}).Build()
+		WithStatusSubresource(&slurmv1.SlurmCluster{}).
+		WithInterceptorFuncs(interceptor.Funcs{Create: dryRunCreate}).Build()
 	rec := events.NewFakeRecorder(100)
-	return &fixture{t: t, kube: kube, recorder: rec, r: &Reconciler{Client: kube, APIReader: kube, Recorder: rec}}
+	return &fixture{t: t, kube: kube, recorder: rec, r: &Reconciler{Client: kube, Recorder: rec}}
+}
+
+// dryRunCreate answers a dry-run create as the API server does (AlreadyExists when the
+// object exists), which the fake client does not: it returns nil for every dry run.
+func dryRunCreate(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+	o := &client.CreateOptions{}
+	o.ApplyOptions(opts)
+	if len(o.DryRun) > 0 {
+		existing := obj.DeepCopyObject().(client.Object)
+		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), existing); err == nil {
+			return apierrors.NewAlreadyExists(schema.GroupResource{Resource: "secrets"}, obj.GetName())
+		}
+		return nil
+	}
+	return c.Create(ctx, obj, opts...)
 }
 
 func newCluster() *slurmv1.SlurmCluster {
@@ -194,26 +213,30 @@ func TestRefusedExtraConfigKeepsOldConfigMap(t *testing.T) {
 func TestExistingKeySecretsAreNeverOverwritten(t *testing.T) {
 	c := newCluster()
 	c.Spec.Auth.SlurmKeyRef = &v1.SecretKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "site-key"}, Key: "k"}
-	// The JWT Secret exists under the generated name, without its key: refused, not filled.
-	broken := &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "hpc", Name: "slurm-jwt-key"}, Data: map[string][]byte{"other": []byte("x")}}
-	f := newFixture(t, c, broken)
-	f.reconcile()
+	// A Secret already under the generated name is the user's: kept as it is.
+	existing := &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "hpc", Name: "slurm-jwt-key"}, Data: map[string][]byte{JWTKeyName: []byte("jwt")}}
+	f := newFixture(t, c, existing)
+	res, err := f.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "hpc", Name: "slurm"}})
+	require.NoError(t, err)
+	assert.Positive(t, res.RequeueAfter, "a missing referenced Secret is looked for again")
 	cond := condition(f.cluster(), slurmv1.ConditionKeysReady)
 	assert.Equal(t, metav1.ConditionFalse, cond.Status)
-	assert.Contains(t, cond.Message, "Secret site-key of the auth/slurm key (spec.auth) does not exist")
-	assert.Contains(t, cond.Message, "Secret slurm-jwt-key has no jwt_hs256.key")
-	assert.Equal(t, broken.Data, f.secret("slurm-jwt-key").Data)
+	assert.Equal(t, "Secret site-key of the auth/slurm key (spec.auth) does not exist", cond.Message)
+	assert.Equal(t, existing.Data, f.secret("slurm-jwt-key").Data)
+	assert.Nil(t, f.secret("slurm-jwt-key").OwnerReferences)
 	assert.Contains(t, strings.Join(f.events(), "\n"), wellknown.EventSlurmKeyMissing)
+	// The dry-run probe wrote nothing.
+	err = f.kube.Get(context.Background(), client.ObjectKey{Namespace: "hpc", Name: "site-key"}, &v1.Secret{})
+	assert.True(t, apierrors.IsNotFound(err))
 	// The configuration does not depend on the keys' presence.
 	assert.Equal(t, metav1.ConditionTrue, condition(f.cluster(), slurmv1.ConditionConfigValid).Status)
 
 	require.NoError(t, f.kube.Create(context.Background(), &v1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "hpc", Name: "site-key"}, Data: map[string][]byte{"k": []byte("site")}}))
-	broken.Data = map[string][]byte{JWTKeyName: []byte("jwt")}
-	require.NoError(t, f.kube.Update(context.Background(), broken))
 	f.reconcile()
 	assert.Equal(t, metav1.ConditionTrue, condition(f.cluster(), slurmv1.ConditionKeysReady).Status)
 	assert.Equal(t, []byte("site"), f.secret("site-key").Data["k"])
+	assert.Equal(t, existing.Data, f.secret("slurm-jwt-key").Data)
 }
 
 func TestDeletedGeneratedKeyIsRegeneratedLoudly(t *testing.T) {
