@@ -6,7 +6,7 @@ SHELL := /bin/bash
 BIN   := $(CURDIR)/bin
 GO    ?= go
 
-.PHONY: all build scheduler controller podrunner helm tools slurm-root up down status test unit e2e bench bench-e2e fmt vet clean
+.PHONY: all build scheduler controller podrunner helm tools slurm-root up down status test unit e2e bench bench-e2e fmt vet clean generate
 
 all: build
 
@@ -46,11 +46,16 @@ down:
 status:
 	deploy/local/status.sh
 
+## generate: our CRDs (manifests/crds/slurm.kubeslurm.io_*) and DeepCopy from api/, by controller-gen
+generate:
+	hack/generate.sh
+
 ## unit: unit tests (no cluster needed); charts/kubeslurm's lint and golden files
-## (UPDATE_GOLDEN=1 refreshes them, and manifests/ rendered from the chart)
+## (UPDATE_GOLDEN=1 refreshes them, and manifests/ rendered from the chart); generated code
 unit: helm
 	hack/chart.sh --check
 	hack/crds.sh --check
+	hack/generate.sh --check
 	$(GO) test ./pkg/... ./cmd/... ./deploy/...
 
 ## e2e: end-to-end tests on the local cluster (brings it up if needed)

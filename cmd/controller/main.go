@@ -25,8 +25,10 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
 	nodecontroller "github.com/kubeslurm/kubeslurm/pkg/controller/node"
 	podcontroller "github.com/kubeslurm/kubeslurm/pkg/controller/pod"
+	slurmclustercontroller "github.com/kubeslurm/kubeslurm/pkg/controller/slurmcluster"
 	topologycontroller "github.com/kubeslurm/kubeslurm/pkg/controller/topology"
 	"github.com/kubeslurm/kubeslurm/pkg/dcgmjobmap"
 	"github.com/kubeslurm/kubeslurm/pkg/metrics"
@@ -70,6 +72,8 @@ type options struct {
 	// DCGM exporter job mapping (pkg/dcgmjobmap).
 	dcgmJobMappingConfigMap string
 	dcgmJobMappingDir       string
+	// SlurmClusters (pkg/controller/slurmcluster).
+	slurmClusters bool
 }
 
 func main() {
@@ -137,6 +141,8 @@ func newCommand() *cobra.Command {
 		"namespace/name of a ConfigMap the controller keeps the Slurm prolog/epilog scripts of the DCGM exporter's HPC job mapping in (empty: none)")
 	f.StringVar(&o.dcgmJobMappingDir, "dcgm-job-mapping-dir", dcgmjobmap.DefaultDir,
 		"directory on the GPU nodes the job mapping scripts write to (dcgm-exporter's --hpc-job-mapping-dir)")
+	f.BoolVar(&o.slurmClusters, "enable-slurmcluster", false,
+		"reconcile SlurmCluster objects: generate their key Secrets and render their slurm.conf into a ConfigMap (the daemons are not run yet)")
 	for _, name := range []string{"slurmrestd-url", "slurm-jwt-key-file"} {
 		_ = cmd.MarkFlagRequired(name)
 	}
@@ -173,6 +179,9 @@ func run(ctx context.Context, o options) error {
 	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := slurmv1.AddToScheme(scheme); err != nil {
 		return err
 	}
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
@@ -236,6 +245,14 @@ func run(ctx context.Context, o options) error {
 			TaintEffect:       taintEffect,
 		}).SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up node controller: %w", err)
+		}
+	}
+	if o.slurmClusters {
+		if err := (&slurmclustercontroller.Reconciler{
+			Client:   mgr.GetClient(),
+			Recorder: mgr.GetEventRecorder("kubeslurm-controller"),
+		}).SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("setting up the SlurmCluster controller: %w", err)
 		}
 	}
 	if o.webhook {

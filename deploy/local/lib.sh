@@ -395,12 +395,13 @@ comp_cmd() {
     controller)
       # A short NotReady grace (default 5m) so the e2e test of a dead node's pod is quick;
       # GPUUnhealthy drains, as a GPU health check's condition would (e2e node test 5).
+      # SlurmClusters reconciled (e2e/slurmcluster_test.go).
       CMD=("$BIN/kubeslurm-controller" --kubeconfig "$RUN/controller.kubeconfig"
         --slurmrestd-url "$SLURMRESTD_URL" --slurm-user "$SLURM_USER" --slurm-jwt-key-file "$JWT_KEY_FILE"
         --metrics-bind-address 127.0.0.1:8081 --health-probe-bind-address 127.0.0.1:8082
         --webhook-host 127.0.0.1 --webhook-port 9443 --webhook-cert-hosts 127.0.0.1
         --not-ready-grace-period 20s --drain-on-node-conditions GPUUnhealthy
-        --dcgm-job-mapping-configmap "$SLURM_NS/kubeslurm-dcgm-job-mapping" --dcgm-job-mapping-dir "$DCGM_JOB_MAPPING_DIR")
+        --dcgm-job-mapping-configmap "$SLURM_NS/kubeslurm-dcgm-job-mapping" --dcgm-job-mapping-dir "$DCGM_JOB_MAPPING_DIR" --enable-slurmcluster)
       # Slurm's block topology from the nodes' nvidia.com/gpu.clique labels, only while
       # $RUN/controller-topology exists (the e2e topology tests create it): with base block
       # size 4 Slurm runs no job on more than 4 nodes, which other tests need.

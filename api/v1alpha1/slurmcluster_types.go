@@ -1,0 +1,334 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// SlurmClusterSpec is one Slurm cluster: the daemons' sections and the configuration they
+// share. One object, not one kind per daemon, because slurm.conf, the auth keys and the
+// partitions are one thing every daemon reads (docs/slurm-cluster.md, "API shape").
+type SlurmClusterSpec struct {
+	// ClusterName is slurm.conf's ClusterName (also the accounting cluster name).
+	// Empty: the object's name.
+	// +kubebuilder:validation:MaxLength=40
+	// +kubebuilder:validation:Pattern=`^[a-z0-9][a-z0-9_-]*$`
+	// +optional
+	ClusterName string `json:"clusterName,omitempty"`
+
+	// Auth names the keys of auth/slurm and auth/jwt. A key without a reference is
+	// generated once into a Secret owned by this object, and never rotated.
+	// +optional
+	Auth AuthSpec `json:"auth,omitempty"`
+
+	// Controller is slurmctld.
+	// +optional
+	Controller ControllerSpec `json:"controller,omitempty"`
+
+	// NodeSets are groups of slurmd workers, each registering as dynamic nodes with the
+	// feature of its name (a Slurm NodeSet of that name holds them).
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	NodeSets []NodeSetSpec `json:"nodeSets,omitempty"`
+
+	// Partitions of slurm.conf. None: one default partition `main` over all nodes.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Partitions []PartitionSpec `json:"partitions,omitempty"`
+
+	// Accounting is slurmdbd; absent: no accounting storage.
+	// +optional
+	Accounting *AccountingSpec `json:"accounting,omitempty"`
+
+	// RestAPI is slurmrestd; absent: none.
+	// +optional
+	RestAPI *RestAPISpec `json:"restApi,omitempty"`
+
+	// LoginSets are pods where users run sbatch and squeue.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	LoginSets []LoginSetSpec `json:"loginSets,omitempty"`
+
+	// ExtraConfig is appended to slurm.conf: one `Key=Value [Key=Value...]` line per line.
+	// Each line is validated (docs/slurm-cluster.md, "Extra configuration"): keys kubeslurm
+	// owns are refused, and no value can start another line or key.
+	// +kubebuilder:validation:MaxLength=65536
+	// +optional
+	ExtraConfig string `json:"extraConfig,omitempty"`
+
+	// CgroupExtraConfig is appended to cgroup.conf, validated like ExtraConfig.
+	// +kubebuilder:validation:MaxLength=16384
+	// +optional
+	CgroupExtraConfig string `json:"cgroupExtraConfig,omitempty"`
+}
+
+// AuthSpec references the keys of auth/slurm and auth/jwt.
+type AuthSpec struct {
+	// SlurmKeyRef is the auth/slurm key (slurm.key). Absent: generated.
+	// +optional
+	SlurmKeyRef *corev1.SecretKeySelector `json:"slurmKeyRef,omitempty"`
+	// JWTKeyRef is the auth/jwt HS256 key. Absent: generated.
+	// +optional
+	JWTKeyRef *corev1.SecretKeySelector `json:"jwtKeyRef,omitempty"`
+}
+
+// ControllerSpec is slurmctld: one pod with its state on a volume claim.
+type ControllerSpec struct {
+	// Image of slurmctld.
+	// +optional
+	Image string `json:"image,omitempty"`
+	// Port slurmctld listens on (SlurmctldPort).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +kubebuilder:default=6817
+	// +optional
+	Port int32 `json:"port,omitempty"`
+	// MaxNodeCount bounds the dynamic nodes slurmctld keeps room for.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65536
+	// +kubebuilder:default=1024
+	// +optional
+	MaxNodeCount int32 `json:"maxNodeCount,omitempty"`
+	// StateStorage is the claim that holds StateSaveLocation across pod restarts.
+	// +optional
+	StateStorage StorageSpec `json:"stateStorage,omitempty"`
+	// Resources of the slurmctld container.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+}
+
+// StorageSpec is a persistent volume claim's size and class.
+type StorageSpec struct {
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+	// +optional
+	Size string `json:"size,omitempty"`
+}
+
+// NodeSetMode is how a NodeSet places its workers.
+// +kubebuilder:validation:Enum=DaemonSet;Replicas
+type NodeSetMode string
+
+const (
+	// NodeSetDaemonSet runs one worker per matching Kubernetes node, named after it.
+	NodeSetDaemonSet NodeSetMode = "DaemonSet"
+	// NodeSetReplicas runs a number of workers with ordinal names.
+	NodeSetReplicas NodeSetMode = "Replicas"
+)
+
+// NodeSetSpec is a group of slurmd workers.
+type NodeSetSpec struct {
+	// Name of the set; also the Slurm feature and NodeSet name of its nodes.
+	// +kubebuilder:validation:MaxLength=40
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// Mode: DaemonSet (default) or Replicas.
+	// +kubebuilder:default=DaemonSet
+	// +optional
+	Mode NodeSetMode `json:"mode,omitempty"`
+	// Replicas in Replicas mode.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+	// NodeSelector picks the Kubernetes nodes of the workers.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// Features are extra Slurm features of the nodes.
+	// +optional
+	Features []string `json:"features,omitempty"`
+	// Image of slurmd.
+	// +optional
+	Image string `json:"image,omitempty"`
+}
+
+// PartitionSpec is one PartitionName line.
+type PartitionSpec struct {
+	// Name of the partition.
+	// +kubebuilder:validation:MaxLength=40
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]+$`
+	Name string `json:"name"`
+	// NodeSets whose nodes the partition holds; empty: all nodes.
+	// +optional
+	NodeSets []string `json:"nodeSets,omitempty"`
+	// Default marks the default partition (at most one).
+	// +optional
+	Default bool `json:"default,omitempty"`
+	// MaxTime of jobs: UNLIMITED or a Slurm time (e.g. 1-00:00:00). Empty: UNLIMITED.
+	// +optional
+	MaxTime string `json:"maxTime,omitempty"`
+	// State: UP (default), DOWN, DRAIN or INACTIVE.
+	// +kubebuilder:validation:Enum=UP;DOWN;DRAIN;INACTIVE
+	// +optional
+	State string `json:"state,omitempty"`
+	// PriorityTier of the partition's jobs.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=65533
+	// +optional
+	PriorityTier *int32 `json:"priorityTier,omitempty"`
+	// Options are further partition parameters (e.g. DefMemPerCPU: "512"), validated like
+	// ExtraConfig values.
+	// +optional
+	Options map[string]string `json:"options,omitempty"`
+}
+
+// AccountingSpec is slurmdbd and the database it stores into.
+type AccountingSpec struct {
+	// Image of slurmdbd.
+	// +optional
+	Image string `json:"image,omitempty"`
+	// Port slurmdbd listens on.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +kubebuilder:default=6819
+	// +optional
+	Port int32 `json:"port,omitempty"`
+	// Database slurmdbd stores into (MySQL or MariaDB).
+	Database DatabaseSpec `json:"database"`
+}
+
+// DatabaseSpec is a MySQL/MariaDB server.
+type DatabaseSpec struct {
+	// Host of the database server.
+	// +kubebuilder:validation:MinLength=1
+	Host string `json:"host"`
+	// +kubebuilder:default=3306
+	// +optional
+	Port int32 `json:"port,omitempty"`
+	// Name of the database. Empty: slurm_acct_db.
+	// +optional
+	Name string `json:"name,omitempty"`
+	// User slurmdbd logs in as.
+	// +kubebuilder:validation:MinLength=1
+	User string `json:"user"`
+	// PasswordRef is the user's password.
+	PasswordRef corev1.SecretKeySelector `json:"passwordRef"`
+}
+
+// RestAPISpec is slurmrestd, a Deployment and a Service, authenticating with JWT.
+type RestAPISpec struct {
+	// +optional
+	Image string `json:"image,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:default=1
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +kubebuilder:default=6820
+	// +optional
+	Port int32 `json:"port,omitempty"`
+}
+
+// LoginSetSpec is a set of login pods (sackd, configless).
+type LoginSetSpec struct {
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// +optional
+	Image string `json:"image,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+	// SSSDConfRef is the users' sssd.conf, if identities come from SSSD.
+	// +optional
+	SSSDConfRef *corev1.SecretKeySelector `json:"sssdConfRef,omitempty"`
+}
+
+// Condition types of a SlurmCluster.
+const (
+	// ConditionConfigValid: the spec renders to a configuration kubeslurm accepts. False keeps
+	// the last valid configuration in place.
+	ConditionConfigValid = "ConfigValid"
+	// ConditionKeysReady: the auth/slurm and auth/jwt keys exist.
+	ConditionKeysReady = "KeysReady"
+)
+
+// NodeStateSummary counts the cluster's Slurm nodes by state.
+type NodeStateSummary struct {
+	Idle      int32 `json:"idle"`
+	Allocated int32 `json:"allocated"`
+	Mixed     int32 `json:"mixed"`
+	Drained   int32 `json:"drained"`
+	Down      int32 `json:"down"`
+}
+
+// SlurmClusterStatus is what the controller observed and did.
+type SlurmClusterStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: ConfigValid, KeysReady.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// ConfigMap holding the rendered configuration.
+	// +optional
+	ConfigMap string `json:"configMap,omitempty"`
+	// ConfigHash is the hash of the configuration in ConfigMap.
+	// +optional
+	ConfigHash string `json:"configHash,omitempty"`
+	// ConfigUpdateTime is when ConfigMap last changed.
+	// +optional
+	ConfigUpdateTime *metav1.Time `json:"configUpdateTime,omitempty"`
+	// LastReconfigureTime is when slurmctld last took a new configuration.
+	// +optional
+	LastReconfigureTime *metav1.Time `json:"lastReconfigureTime,omitempty"`
+	// DesiredWorkers is the number of slurmd workers the NodeSets ask for (Replicas mode;
+	// DaemonSet-mode sets count the matching nodes).
+	// +optional
+	DesiredWorkers int32 `json:"desiredWorkers"`
+	// ReadyWorkers is the number of workers registered with slurmctld.
+	// +optional
+	ReadyWorkers int32 `json:"readyWorkers"`
+	// Nodes counts Slurm nodes by state.
+	// +optional
+	Nodes NodeStateSummary `json:"nodes,omitempty"`
+	// NodeSummary is Nodes in one line for kubectl get (e.g. "idle=3 alloc=1").
+	// +optional
+	NodeSummary string `json:"nodeSummary,omitempty"`
+}
+
+// SlurmCluster is a Slurm cluster run by kubeslurm.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=slurm
+// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.clusterName`,priority=1
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyWorkers`
+// +kubebuilder:printcolumn:name="Workers",type=integer,JSONPath=`.status.desiredWorkers`
+// +kubebuilder:printcolumn:name="Nodes",type=string,JSONPath=`.status.nodeSummary`
+// +kubebuilder:printcolumn:name="Config",type=string,JSONPath=`.status.conditions[?(@.type=="ConfigValid")].status`
+// +kubebuilder:printcolumn:name="Keys",type=string,JSONPath=`.status.conditions[?(@.type=="KeysReady")].status`
+// +kubebuilder:printcolumn:name="Reconfigured",type=date,JSONPath=`.status.lastReconfigureTime`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type SlurmCluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   SlurmClusterSpec   `json:"spec,omitempty"`
+	Status SlurmClusterStatus `json:"status,omitempty"`
+}
+
+// SlurmClusterList is a list of SlurmClusters.
+// +kubebuilder:object:root=true
+type SlurmClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []SlurmCluster `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&SlurmCluster{}, &SlurmClusterList{})
+}
+
+// SlurmClusterName is ClusterName, defaulted to the object's name.
+func (c *SlurmCluster) SlurmClusterName() string {
+	if c.Spec.ClusterName != "" {
+		return c.Spec.ClusterName
+	}
+	return c.Name
+}

@@ -1,0 +1,304 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
+	"github.com/kubeslurm/kubeslurm/pkg/controller/slurmcluster"
+	"github.com/kubeslurm/kubeslurm/pkg/slurmconf"
+	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
+)
+
+// slurmClient is a controller-runtime client that knows SlurmClusters.
+func slurmClient(t *testing.T) client.Client {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(runDir, "admin.kubeconfig"))
+	require.NoError(t, err)
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	require.NoError(t, slurmv1.AddToScheme(scheme))
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	require.NoError(t, err)
+	return c
+}
+
+// The example SlurmCluster, applied to the real API server, gets its key Secrets and its
+// rendered ConfigMap from the running controller; a partition change reaches the ConfigMap
+// with an event; a refused extra-config line sets ConfigValid False and keeps the ConfigMap.
+func TestSlurmClusterKeysAndConfig(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	kc := slurmClient(t)
+	applyExample(t, ns, "slurmcluster.yaml")
+	key := client.ObjectKey{Namespace: ns, Name: "slurm"}
+
+	get := func() *slurmv1.SlurmCluster {
+		c := &slurmv1.SlurmCluster{}
+		require.NoError(t, kc.Get(ctx, key, c))
+		return c
+	}
+	configMap := func() *v1.ConfigMap {
+		cm := &v1.ConfigMap{}
+		if err := kc.Get(ctx, client.ObjectKey{Namespace: ns, Name: "slurm-slurm-config"}, cm); err != nil {
+			return nil
+		}
+		return cm
+	}
+	eventually(t, 30*time.Second, "ConfigValid and KeysReady True", func() bool {
+		c := get()
+		return meta.IsStatusConditionTrue(c.Status.Conditions, slurmv1.ConditionConfigValid) &&
+			meta.IsStatusConditionTrue(c.Status.Conditions, slurmv1.ConditionKeysReady)
+	})
+	c := get()
+	keys := map[string][]byte{}
+	for name, want := range map[string]struct {
+		key  string
+		size int
+	}{"slurm-slurm-key": {"slurm.key", 1024}, "slurm-jwt-key": {"jwt_hs256.key", 64}} {
+		s, err := kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.Len(t, s.Data[want.key], want.size, name)
+		assert.True(t, metav1.IsControlledBy(s, c), "%s is owned by the SlurmCluster", name)
+		keys[name] = s.Data[want.key]
+	}
+
+	cm := configMap()
+	require.NotNil(t, cm)
+	want, err := slurmconf.Render(c)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string(want), cm.Data, "the ConfigMap holds the spec as the API server returns it, rendered")
+	conf := cm.Data["slurm.conf"]
+	for _, line := range []string{
+		"ClusterName=example", "SlurmctldHost=slurm-controller-0(slurm-controller." + ns + ".svc)",
+		"SlurmctldParameters=enable_configless", "MaxNodeCount=256", "AuthType=auth/slurm", "AuthAltTypes=auth/jwt",
+		"AuthAltParameters=jwt_key=/etc/slurm/jwt_hs256.key", "NodeSet=cpu Feature=cpu",
+		"PartitionName=batch Nodes=cpu,gpu Default=YES MaxTime=1-00:00:00 State=UP PriorityTier=1 DefMemPerCPU=512",
+		"PartitionName=gpu Nodes=gpu MaxTime=UNLIMITED State=UP PriorityTier=2", "SchedulerParameters=bf_interval=60",
+	} {
+		assert.Contains(t, conf, line+"\n")
+	}
+	assert.Equal(t, cm.Annotations[wellknown.SlurmConfigHashAnnotation], c.Status.ConfigHash)
+	kwokNodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "type=kwok"})
+	require.NoError(t, err)
+	assert.EqualValues(t, len(kwokNodes.Items)+2, c.Status.DesiredWorkers, "cpu: the kwok nodes; gpu: 2 replicas")
+
+	// A partition's setting changes: the ConfigMap follows, with an event.
+	oldHash := cm.Annotations[wellknown.SlurmConfigHashAnnotation]
+	nodeKubectl(t, "-n", ns, "patch", "slurmcluster", "slurm", "--type=json",
+		"-p", `[{"op":"replace","path":"/spec/partitions/1/maxTime","value":"60"}]`)
+	eventually(t, 30*time.Second, "the ConfigMap has the gpu partition's new MaxTime", func() bool {
+		cm = configMap()
+		return strings.Contains(cm.Data["slurm.conf"], "PartitionName=gpu Nodes=gpu MaxTime=60 State=UP PriorityTier=2\n")
+	})
+	assert.NotEqual(t, oldHash, cm.Annotations[wellknown.SlurmConfigHashAnnotation])
+	eventually(t, 30*time.Second, "status names the new configuration", func() bool {
+		return get().Status.ConfigHash == cm.Annotations[wellknown.SlurmConfigHashAnnotation]
+	})
+	eventually(t, 30*time.Second, "a SlurmConfigUpdated event naming the old configuration", func() bool {
+		return strings.Contains(clusterEvents(t, ns, wellknown.EventSlurmConfigUpdated), oldHash)
+	})
+
+	// A line that would override a key of ours is refused; the ConfigMap stays as it was.
+	good := cm.DeepCopy()
+	nodeKubectl(t, "-n", ns, "patch", "slurmcluster", "slurm", "--type=merge",
+		"-p", `{"spec":{"extraConfig":"SchedulerParameters=bf_interval=60\nAuthType=auth/none\n","partitions":[{"name":"batch","maxTime":"30"}]}}`)
+	eventually(t, 30*time.Second, "ConfigValid False", func() bool {
+		return meta.IsStatusConditionFalse(get().Status.Conditions, slurmv1.ConditionConfigValid)
+	})
+	cond := meta.FindStatusCondition(get().Status.Conditions, slurmv1.ConditionConfigValid)
+	assert.Equal(t, slurmcluster.ReasonInvalidConfig, cond.Reason)
+	assert.Contains(t, cond.Message, "AuthType is set by kubeslurm")
+	eventually(t, 30*time.Second, "a SlurmConfigRefused event", func() bool {
+		return strings.Contains(clusterEvents(t, ns, wellknown.EventSlurmConfigRefused), "AuthType")
+	})
+	cm = configMap()
+	assert.Equal(t, good.ResourceVersion, cm.ResourceVersion, "the old ConfigMap is unchanged")
+	assert.Equal(t, good.Data, cm.Data)
+	out, err := runCmd(filepath.Join(repoRoot, "bin", "kubectl"), "--kubeconfig", filepath.Join(runDir, "admin.kubeconfig"),
+		"-n", ns, "get", "slurmcluster", "slurm")
+	require.NoError(t, err, out)
+	t.Logf("kubectl get slurmcluster:\n%s", out)
+	assert.Regexp(t, `(?m)^NAME\s+READY\s+WORKERS\s+NODES\s+CONFIG\s+KEYS\s+RECONFIGURED\s+AGE$`, out)
+	assert.Regexp(t, `(?m)^slurm\s+0\s+\d+\s+(<none>\s+)?False\s+True\s+`, out)
+
+	// The keys were never rotated through all this.
+	for name, k := range keys {
+		s, err := kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		require.NoError(t, err)
+		for _, v := range s.Data {
+			assert.Equal(t, k, v, "%s unchanged", name)
+		}
+	}
+}
+
+// clusterEvents is the notes of the events with the reason on SlurmCluster "slurm".
+func clusterEvents(t *testing.T, ns, reason string) string {
+	t.Helper()
+	list, err := kube.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+	require.NoError(t, err)
+	var notes []string
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "SlurmCluster" && e.Regarding.Name == "slurm" && e.Reason == reason {
+			notes = append(notes, e.Note)
+		}
+	}
+	return strings.Join(notes, "\n")
+}
+
+// A rendered slurm.conf is taken by the real slurmctld 26.05: a throw-away slurmctld, in
+// its own network and host-name namespaces (host name = the SlurmctldHost we render) with
+// state and files on tmpfs, starts from it and runs as primary controller. The same
+// harness with one line Slurm does not know fails, so the check can fail; a line our
+// validation refuses never gets rendered.
+func TestSlurmAcceptsRenderedConfig(t *testing.T) {
+	c := &slurmv1.SlurmCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "e2e", Name: "conftest"},
+		Spec: slurmv1.SlurmClusterSpec{
+			ClusterName: "conftest",
+			NodeSets:    []slurmv1.NodeSetSpec{{Name: "cpu"}, {Name: "gpu"}},
+			Partitions: []slurmv1.PartitionSpec{
+				{Name: "batch", NodeSets: []string{"cpu", "gpu"}, Default: true, MaxTime: "1-00:00:00", PriorityTier: ptrTo[int32](1),
+					Options: map[string]string{"DefMemPerCPU": "512"}},
+				{Name: "gpu", NodeSets: []string{"gpu"}, PriorityTier: ptrTo[int32](2)},
+			},
+			Accounting:  &slurmv1.AccountingSpec{Database: slurmv1.DatabaseSpec{Host: "db", User: "slurm"}},
+			ExtraConfig: "SchedulerParameters=bf_interval=60\nSlurmctldTimeout=120\n",
+		},
+	}
+	files, err := slurmconf.Render(c)
+	require.NoError(t, err)
+	host, addr := slurmconf.ControllerHost(c)
+	out, ok := runThrowawaySlurmctld(t, host, addr, files)
+	assert.True(t, ok, "slurmctld did not take the rendered configuration:\n%s", out)
+
+	broken := map[string]string{"slurm.conf": files["slurm.conf"] + "NoSuchParameter=1\n", "cgroup.conf": files["cgroup.conf"]}
+	out, ok = runThrowawaySlurmctld(t, host, addr, broken)
+	assert.False(t, ok, "slurmctld took an unknown parameter; the harness cannot tell:\n%s", out)
+
+	c.Spec.ExtraConfig = "SchedulerParameters=bf_interval=60\nAuthType=auth/none"
+	_, err = slurmconf.Render(c)
+	require.ErrorContains(t, err, "AuthType is set by kubeslurm", "refused before anything reaches Slurm")
+}
+
+// runThrowawaySlurmctld starts slurmctld -D on files (slurm.conf, cgroup.conf, plus the
+// local cluster's slurm.key beside them) and reports whether it came up as primary
+// controller within 30 s. It never touches the local cluster's slurmctld: own network
+// namespace (so its own ports), own tmpfs for state, PID and config, own /etc/hosts.
+func runThrowawaySlurmctld(t *testing.T, hostname, addr string, files map[string]string) (string, bool) {
+	t.Helper()
+	var script strings.Builder
+	script.WriteString("set -e\ncp /etc/slurm/slurm.key /tmp/conf/slurm.key && chmod 600 /tmp/conf/slurm.key\n")
+	// The Service name resolves as cluster DNS would; the bind is in slurm-exec's private
+	// mount namespace, so the root's /etc/hosts is untouched.
+	// The Slurm root may have no /etc/hosts: a bind needs its target, so an empty one is made.
+	fmt.Fprintf(&script, "printf '127.0.0.1 localhost %s %s\\n' >/tmp/conf/hosts && { [ -e /etc/hosts ] || : >/etc/hosts; } && mount --bind /tmp/conf/hosts /etc/hosts\n", hostname, addr)
+	for name, text := range files {
+		fmt.Fprintf(&script, "cat > /tmp/conf/%s <<'KUBESLURM_EOF'\n%sKUBESLURM_EOF\n", name, text)
+	}
+	script.WriteString("chown slurm: /var/spool/slurmctld /run/slurmctld /tmp/conf/slurm.key\n" +
+		"exec /usr/sbin/slurmctld -D -i -f /tmp/conf/slurm.conf -vv\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "unshare", "--net", "--uts", "--", "sh", "-c",
+		`ip link set lo up 2>/dev/null || true; hostname "$0" && exec "$@"`, hostname,
+		filepath.Join(repoRoot, "deploy", "local", "slurm-exec.sh"), "--clean",
+		"--tmpfs", "/var/spool/slurmctld", "--tmpfs", "/run/slurmctld", "--tmpfs", "/tmp/conf",
+		"/bin/sh", "-c", script.String())
+	var buf syncBuffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return buf.String(), false
+		case <-tick.C:
+			if strings.Contains(buf.String(), "Running as primary controller") {
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+				<-done
+				return buf.String(), true
+			}
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer written by the command and read by the test.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// A key the spec references is never created by the controller, which cannot read Secrets:
+// the real API server's dry-run create tells it the Secret is missing (KeysReady False,
+// nothing written), then that it exists once the user makes it.
+func TestSlurmClusterReferencedKey(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	kc := slurmClient(t)
+	c := &slurmv1.SlurmCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ref"},
+		Spec: slurmv1.SlurmClusterSpec{Auth: slurmv1.AuthSpec{
+			JWTKeyRef: &v1.SecretKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "site-jwt"}, Key: "jwt"}}},
+	}
+	require.NoError(t, kc.Create(ctx, c))
+	keysReady := func() *metav1.Condition {
+		got := &slurmv1.SlurmCluster{}
+		require.NoError(t, kc.Get(ctx, client.ObjectKeyFromObject(c), got))
+		return meta.FindStatusCondition(got.Status.Conditions, slurmv1.ConditionKeysReady)
+	}
+	eventually(t, 30*time.Second, "KeysReady False", func() bool {
+		cond := keysReady()
+		return cond != nil && cond.Status == metav1.ConditionFalse
+	})
+	assert.Contains(t, keysReady().Message, "Secret site-jwt of the auth/jwt key (spec.auth) does not exist")
+	_, err := kube.CoreV1().Secrets(ns).Get(ctx, "site-jwt", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "the probe created nothing: %v", err)
+	_, err = kube.CoreV1().Secrets(ns).Get(ctx, "ref-slurm-key", metav1.GetOptions{})
+	assert.NoError(t, err, "the unreferenced key is generated")
+
+	_, err = kube.CoreV1().Secrets(ns).Create(ctx, &v1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "site-jwt"},
+		Data: map[string][]byte{"jwt": []byte("site")}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	eventually(t, 60*time.Second, "KeysReady True once the Secret exists", func() bool {
+		cond := keysReady()
+		return cond != nil && cond.Status == metav1.ConditionTrue
+	})
+	s, err := kube.CoreV1().Secrets(ns).Get(ctx, "site-jwt", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, []byte("site"), s.Data["jwt"], "the user's Secret is untouched")
+}

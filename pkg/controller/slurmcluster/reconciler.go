@@ -1,0 +1,322 @@
+// Package slurmcluster reconciles a SlurmCluster's configuration: the auth/slurm and
+// auth/jwt key Secrets (generated once when the spec names none, never rotated) and the
+// ConfigMap with slurm.conf and cgroup.conf rendered from the spec (pkg/slurmconf). A spec
+// that does not render (refused user config) sets ConfigValid False with the reason and
+// leaves the last good ConfigMap in place. It does not run the Slurm daemons yet.
+package slurmcluster
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
+	"github.com/kubeslurm/kubeslurm/pkg/slurmconf"
+	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
+)
+
+const (
+	// SlurmKeyName and JWTKeyName are the data keys of the generated Secrets.
+	SlurmKeyName = "slurm.key"
+	JWTKeyName   = "jwt_hs256.key"
+	// Sizes of generated keys: auth/slurm's key as Slurm's docs make it (1 KiB from
+	// /dev/random); the HS256 key 64 bytes, more than the 32 HS256 needs.
+	slurmKeyBytes = 1024
+	jwtKeyBytes   = 64
+	// keyRetry: how soon a missing referenced Secret is looked for again.
+	keyRetry = 10 * time.Second
+
+	// Condition reasons.
+	ReasonRendered        = "Rendered"
+	ReasonInvalidConfig   = "InvalidConfig"
+	ReasonConfigMapOwned  = "ConfigMapNotOurs"
+	ReasonKeysPresent     = "KeysPresent"
+	ReasonKeySecretAbsent = "KeySecretMissing"
+)
+
+// ConfigMapName is the name of the cluster's rendered configuration.
+func ConfigMapName(c *slurmv1.SlurmCluster) string { return c.Name + "-slurm-config" }
+
+// SlurmKeySecret and JWTKeySecret are the Secret and data key of each key: the spec's
+// reference, or the one generated for the cluster.
+func SlurmKeySecret(c *slurmv1.SlurmCluster) (name, key string) {
+	if r := c.Spec.Auth.SlurmKeyRef; r != nil {
+		return r.Name, r.Key
+	}
+	return c.Name + "-slurm-key", SlurmKeyName
+}
+
+func JWTKeySecret(c *slurmv1.SlurmCluster) (name, key string) {
+	if r := c.Spec.Auth.JWTKeyRef; r != nil {
+		return r.Name, r.Key
+	}
+	return c.Name + "-jwt-key", JWTKeyName
+}
+
+// Reconciler reconciles one SlurmCluster's keys and configuration.
+type Reconciler struct {
+	// Client is the manager's cached client (SlurmClusters, ConfigMaps, Nodes). Secrets
+	// are only ever created through it, never read.
+	Client   client.Client
+	Recorder events.EventRecorder
+}
+
+// SetupWithManager registers the reconciler; a change to a ConfigMap it made queues its cluster.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("slurmcluster").
+		For(&slurmv1.SlurmCluster{}).
+		Owns(&v1.ConfigMap{}).
+		Complete(r)
+}
+
+// Reconcile brings the keys, the ConfigMap and the status in line with the spec.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	c := &slurmv1.SlurmCluster{}
+	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	status := c.Status.DeepCopy()
+	var result ctrl.Result
+	if err := r.ensureKeys(ctx, c, status); isKeyProblem(err) {
+		// Secrets are not watched: look for a missing one again.
+		result.RequeueAfter = keyRetry
+	} else if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.ensureConfig(ctx, c, status); err != nil {
+		return ctrl.Result{}, err
+	}
+	desired, err := r.desiredWorkers(ctx, c)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	status.DesiredWorkers = desired
+	status.ObservedGeneration = c.Generation
+	if !equality.Semantic.DeepEqual(&c.Status, status) {
+		c.Status = *status
+		if err := r.Client.Status().Update(ctx, c); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return result, nil
+}
+
+// keyProblem is a key the spec names that cannot be used: the user must act, retrying
+// will not help (a later change of the cluster reconciles again).
+type keyProblem struct{ msg string }
+
+func (e keyProblem) Error() string { return e.msg }
+
+func isKeyProblem(err error) bool { _, ok := err.(keyProblem); return ok }
+
+// ensureKeys sets KeysReady: both key Secrets exist, a missing one the spec does not name
+// generated. The controller may create Secrets but not read them (it must not see every
+// Secret of the cluster), so existence is learnt from create itself: AlreadyExists means
+// the Secret is there and it is left as it is; a referenced Secret is probed with a
+// dry-run create, which never writes. Its content is checked by the daemons that mount it.
+func (r *Reconciler) ensureKeys(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus) error {
+	wasReady := meta.IsStatusConditionTrue(status.Conditions, slurmv1.ConditionKeysReady)
+	var problems []string
+	for _, k := range []struct {
+		what string
+		ref  *v1.SecretKeySelector
+		name func(*slurmv1.SlurmCluster) (string, string)
+		size int
+	}{
+		{"auth/slurm key", c.Spec.Auth.SlurmKeyRef, SlurmKeySecret, slurmKeyBytes},
+		{"auth/jwt key", c.Spec.Auth.JWTKeyRef, JWTKeySecret, jwtKeyBytes},
+	} {
+		name, key := k.name(c)
+		if k.ref != nil {
+			exists, err := r.secretExists(ctx, c.Namespace, name)
+			if err != nil {
+				return err
+			}
+			if !exists {
+				problems = append(problems, fmt.Sprintf("Secret %s of the %s (spec.auth) does not exist", name, k.what))
+			}
+			continue
+		}
+		created, err := r.generateKey(ctx, c, name, key, k.size)
+		switch {
+		case err != nil:
+			return err
+		case created && wasReady:
+			// The generated Secret was deleted: the new key differs from the one every
+			// daemon holds. Say so loudly; it is not a silent rotation.
+			r.Recorder.Eventf(c, nil, v1.EventTypeWarning, wellknown.EventSlurmKeyRegenerated, "GenerateKey",
+				"Secret %s of the %s was deleted; generated a new key: every Slurm daemon must restart with it", name, k.what)
+		case created:
+			r.Recorder.Eventf(c, nil, v1.EventTypeNormal, wellknown.EventSlurmKeyGenerated, "GenerateKey",
+				"Generated the %s into Secret %s", k.what, name)
+		}
+	}
+	if len(problems) > 0 {
+		msg := strings.Join(problems, "; ")
+		if setCondition(status, c.Generation, slurmv1.ConditionKeysReady, metav1.ConditionFalse, ReasonKeySecretAbsent, msg) {
+			r.Recorder.Eventf(c, nil, v1.EventTypeWarning, wellknown.EventSlurmKeyMissing, "CheckKeys", "%s", msg)
+		}
+		return keyProblem{msg}
+	}
+	slurmName, _ := SlurmKeySecret(c)
+	jwtName, _ := JWTKeySecret(c)
+	setCondition(status, c.Generation, slurmv1.ConditionKeysReady, metav1.ConditionTrue, ReasonKeysPresent,
+		fmt.Sprintf("Secrets %s and %s exist", slurmName, jwtName))
+	return nil
+}
+
+// secretExists probes a Secret with a dry-run create of an empty one: AlreadyExists says
+// it is there, without the right to read it.
+func (r *Reconciler) secretExists(ctx context.Context, ns, name string) (bool, error) {
+	probe := &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	err := r.Client.Create(ctx, probe, client.DryRunAll)
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("probing Secret %s: %w", name, err)
+	}
+	return false, nil
+}
+
+// generateKey creates the Secret with a new random key, unless it exists (reported as
+// not created; an existing Secret is never written to).
+func (r *Reconciler) generateKey(ctx context.Context, c *slurmv1.SlurmCluster, name, key string, size int) (bool, error) {
+	b := make([]byte, size)
+	if _, err := rand.Read(b); err != nil {
+		return false, err
+	}
+	s := &v1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name, Labels: map[string]string{wellknown.SlurmClusterLabel: c.Name}},
+		Type:       v1.SecretTypeOpaque,
+		Data:       map[string][]byte{key: b},
+	}
+	if err := controllerutil.SetControllerReference(c, s, r.Client.Scheme()); err != nil {
+		return false, err
+	}
+	err := r.Client.Create(ctx, s)
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("creating Secret %s: %w", name, err)
+	}
+	return true, nil
+}
+
+// ensureConfig renders the spec into the ConfigMap and sets ConfigValid. A spec that does
+// not render leaves the ConfigMap as it is.
+func (r *Reconciler) ensureConfig(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus) error {
+	files, err := slurmconf.Render(c)
+	if err != nil {
+		msg := err.Error() + "; the last valid configuration stays in place"
+		if setCondition(status, c.Generation, slurmv1.ConditionConfigValid, metav1.ConditionFalse, ReasonInvalidConfig, msg) {
+			r.Recorder.Eventf(c, nil, v1.EventTypeWarning, wellknown.EventSlurmConfigRefused, "RenderConfig", "%s", msg)
+		}
+		return nil
+	}
+	hash := files.Hash()
+	cm := &v1.ConfigMap{}
+	key := client.ObjectKey{Namespace: c.Namespace, Name: ConfigMapName(c)}
+	err = r.Client.Get(ctx, key, cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		cm = &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+		fillConfigMap(cm, c, files, hash)
+		if err := controllerutil.SetControllerReference(c, cm, r.Client.Scheme()); err != nil {
+			return err
+		}
+		if err := r.Client.Create(ctx, cm); err != nil {
+			return fmt.Errorf("creating ConfigMap %s: %w", key.Name, err)
+		}
+		r.configChanged(c, status, hash, "Created")
+	case err != nil:
+		return err
+	case !metav1.IsControlledBy(cm, c):
+		msg := fmt.Sprintf("ConfigMap %s exists and is not this SlurmCluster's", key.Name)
+		if setCondition(status, c.Generation, slurmv1.ConditionConfigValid, metav1.ConditionFalse, ReasonConfigMapOwned, msg) {
+			r.Recorder.Eventf(c, nil, v1.EventTypeWarning, wellknown.EventSlurmConfigRefused, "RenderConfig", "%s", msg)
+		}
+		return nil
+	default:
+		before := cm.DeepCopy()
+		fillConfigMap(cm, c, files, hash)
+		if !equality.Semantic.DeepEqual(before, cm) {
+			if err := r.Client.Update(ctx, cm); err != nil {
+				return fmt.Errorf("updating ConfigMap %s: %w", key.Name, err)
+			}
+			r.configChanged(c, status, hash, "Updated")
+		}
+	}
+	status.ConfigMap, status.ConfigHash = key.Name, hash
+	setCondition(status, c.Generation, slurmv1.ConditionConfigValid, metav1.ConditionTrue, ReasonRendered,
+		fmt.Sprintf("ConfigMap %s holds configuration %s", key.Name, hash))
+	return nil
+}
+
+func (r *Reconciler) configChanged(c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus, hash, verb string) {
+	now := metav1.Now()
+	status.ConfigUpdateTime = &now
+	r.Recorder.Eventf(c, nil, v1.EventTypeNormal, wellknown.EventSlurmConfigUpdated, "RenderConfig",
+		"%s ConfigMap %s with configuration %s (was %q)", verb, ConfigMapName(c), hash, c.Status.ConfigHash)
+}
+
+// fillConfigMap sets what kubeslurm owns of the ConfigMap, leaving other labels and
+// annotations alone.
+func fillConfigMap(cm *v1.ConfigMap, c *slurmv1.SlurmCluster, files slurmconf.Files, hash string) {
+	if cm.Labels == nil {
+		cm.Labels = map[string]string{}
+	}
+	cm.Labels[wellknown.SlurmClusterLabel] = c.Name
+	if cm.Annotations == nil {
+		cm.Annotations = map[string]string{}
+	}
+	cm.Annotations[wellknown.SlurmConfigHashAnnotation] = hash
+	cm.Data = maps.Clone(files)
+	cm.BinaryData = nil
+}
+
+// desiredWorkers counts the workers the NodeSets ask for: Replicas-mode sets their
+// replicas, DaemonSet-mode sets the Kubernetes nodes their selector matches.
+func (r *Reconciler) desiredWorkers(ctx context.Context, c *slurmv1.SlurmCluster) (int32, error) {
+	var n int32
+	for _, ns := range c.Spec.NodeSets {
+		if ns.Mode == slurmv1.NodeSetReplicas {
+			if ns.Replicas != nil {
+				n += *ns.Replicas
+			}
+			continue
+		}
+		nodes := &v1.NodeList{}
+		if err := r.Client.List(ctx, nodes, client.MatchingLabels(ns.NodeSelector)); err != nil {
+			return 0, fmt.Errorf("listing the nodes of NodeSet %s: %w", ns.Name, err)
+		}
+		n += int32(len(nodes.Items))
+	}
+	return n, nil
+}
+
+// setCondition sets a condition and reports whether its status, reason or message changed
+// (events are recorded on changes only, not on every reconcile).
+func setCondition(status *slurmv1.SlurmClusterStatus, gen int64, typ string, s metav1.ConditionStatus, reason, msg string) bool {
+	old := meta.FindStatusCondition(status.Conditions, typ)
+	changed := old == nil || old.Status != s || old.Reason != reason || old.Message != msg
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+		Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: gen,
+	})
+	return changed
+}

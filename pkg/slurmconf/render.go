@@ -1,0 +1,245 @@
+// Package slurmconf renders a SlurmCluster's Slurm configuration files (slurm.conf,
+// cgroup.conf) from its spec, and validates the configuration users add to them. Pure: no
+// API or Slurm calls.
+package slurmconf
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+
+	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
+)
+
+// Paths inside the daemons' pods, where their volumes are mounted.
+const (
+	ConfigDir      = "/etc/slurm"
+	JWTKeyPath     = ConfigDir + "/jwt_hs256.key"
+	StateSaveDir   = "/var/spool/slurmctld"
+	DefaultPort    = 6817
+	DefaultDBDPort = 6819
+	// Files of the rendered ConfigMap.
+	SlurmConfFile  = "slurm.conf"
+	CgroupConfFile = "cgroup.conf"
+)
+
+// ControllerHost is the slurmctld pod's host name and its Service's DNS name (the
+// StatefulSet's pod 0 behind a headless Service of the same name).
+func ControllerHost(c *slurmv1.SlurmCluster) (host, addr string) {
+	svc := c.Name + "-controller"
+	return svc + "-0", svc + "." + c.Namespace + ".svc"
+}
+
+// AccountingHost is slurmdbd's Service DNS name.
+func AccountingHost(c *slurmv1.SlurmCluster) string {
+	return c.Name + "-accounting." + c.Namespace + ".svc"
+}
+
+// timeRE is UNLIMITED/INFINITE or a Slurm time: [days-]hours[:minutes[:seconds]] or minutes.
+var timeRE = regexp.MustCompile(`^(UNLIMITED|INFINITE|(\d+-)?\d+(:\d+){0,2})$`)
+
+// Validate checks everything of the spec that becomes configuration text, beyond what the
+// CRD's schema enforces (which an object read from elsewhere may not have been through).
+func Validate(c *slurmv1.SlurmCluster) error {
+	if err := ValidateValue(c.SlurmClusterName()); err != nil {
+		return fmt.Errorf("clusterName: %w", err)
+	}
+	sets := map[string]bool{}
+	for _, ns := range c.Spec.NodeSets {
+		if err := ValidateValue(ns.Name); err != nil {
+			return fmt.Errorf("nodeSets: name: %w", err)
+		}
+		if strings.ContainsAny(ns.Name, ",") {
+			return fmt.Errorf("nodeSets: name %q holds a comma", ns.Name)
+		}
+		sets[ns.Name] = true
+		for _, f := range ns.Features {
+			if err := ValidateValue(f); err != nil || strings.ContainsAny(f, ",&|") {
+				return fmt.Errorf("nodeSets[%s]: feature %q is not a plain name", ns.Name, f)
+			}
+		}
+	}
+	defaults := 0
+	for _, p := range c.Spec.Partitions {
+		if err := ValidateValue(p.Name); err != nil {
+			return fmt.Errorf("partitions: name: %w", err)
+		}
+		for _, s := range p.NodeSets {
+			if !sets[s] {
+				return fmt.Errorf("partitions[%s]: nodeSet %q is not in spec.nodeSets", p.Name, s)
+			}
+		}
+		if p.Default {
+			defaults++
+		}
+		if p.MaxTime != "" && !timeRE.MatchString(p.MaxTime) {
+			return fmt.Errorf("partitions[%s]: maxTime %q is not UNLIMITED or a Slurm time", p.Name, p.MaxTime)
+		}
+		for k, v := range p.Options {
+			if err := validateKey(k, reservedPartition); err != nil {
+				return fmt.Errorf("partitions[%s]: options: %w", p.Name, err)
+			}
+			if err := ValidateValue(v); err != nil {
+				return fmt.Errorf("partitions[%s]: options: %s: %w", p.Name, k, err)
+			}
+		}
+	}
+	if defaults > 1 {
+		return fmt.Errorf("partitions: %d are marked default, at most one may be", defaults)
+	}
+	if a := c.Spec.Accounting; a != nil {
+		if err := ValidateValue(a.Database.Host); err != nil {
+			return fmt.Errorf("accounting.database.host: %w", err)
+		}
+	}
+	if err := ValidateExtra(c.Spec.ExtraConfig); err != nil {
+		return fmt.Errorf("extraConfig: %w", err)
+	}
+	if err := ValidateCgroupExtra(c.Spec.CgroupExtraConfig); err != nil {
+		return fmt.Errorf("cgroupExtraConfig: %w", err)
+	}
+	return nil
+}
+
+// Partition parameters written from the spec's own fields.
+var reservedPartition = keySet("PartitionName", "Nodes", "Default", "MaxTime", "State", "PriorityTier", "NodeSet")
+
+// Files are the rendered configuration files, by name.
+type Files map[string]string
+
+// Hash is a digest of every file, for the ConfigMap's annotation and the status.
+func (f Files) Hash() string {
+	names := make([]string, 0, len(f))
+	for n := range f {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	for _, n := range names {
+		fmt.Fprintf(h, "%s\x00%d\x00%s", n, len(f[n]), f[n])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// Render validates the spec and renders the configuration files.
+func Render(c *slurmv1.SlurmCluster) (Files, error) {
+	if err := Validate(c); err != nil {
+		return nil, err
+	}
+	return Files{SlurmConfFile: renderSlurmConf(c), CgroupConfFile: renderCgroupConf(c)}, nil
+}
+
+func renderSlurmConf(c *slurmv1.SlurmCluster) string {
+	var b strings.Builder
+	line := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	port, maxNodes := c.Spec.Controller.Port, c.Spec.Controller.MaxNodeCount
+	if port == 0 {
+		port = DefaultPort
+	}
+	if maxNodes == 0 {
+		maxNodes = 1024
+	}
+	host, addr := ControllerHost(c)
+	line("# slurm.conf of SlurmCluster %s/%s, rendered by kubeslurm: edit the SlurmCluster, not this file.", c.Namespace, c.Name)
+	line("ClusterName=%s", c.SlurmClusterName())
+	line("SlurmctldHost=%s(%s)", host, addr)
+	line("SlurmctldPort=%d", port)
+	// Configless: slurmd and login pods fetch this file from slurmctld.
+	line("SlurmctldParameters=enable_configless")
+	line("SlurmUser=slurm")
+	line("SlurmdUser=root")
+	line("StateSaveLocation=%s", StateSaveDir)
+	line("SlurmctldPidFile=/run/slurmctld/slurmctld.pid")
+	line("SlurmdSpoolDir=/var/spool/slurmd")
+	line("SlurmdPidFile=/run/slurmd/slurmd.pid")
+	line("")
+	line("AuthType=auth/slurm")
+	line("CredType=cred/slurm")
+	line("AuthAltTypes=auth/jwt")
+	line("AuthAltParameters=jwt_key=%s", JWTKeyPath)
+	line("")
+	line("# Workers are dynamic nodes (slurmd -Z), each with its NodeSet's name as a feature.")
+	line("MaxNodeCount=%d", maxNodes)
+	line("ReturnToService=2")
+	line("SelectType=select/cons_tres")
+	line("SelectTypeParameters=CR_Core_Memory")
+	line("ProctrackType=proctrack/cgroup")
+	line("TaskPlugin=task/cgroup,task/affinity")
+	line("MpiDefault=none")
+	if a := c.Spec.Accounting; a != nil {
+		p := a.Port
+		if p == 0 {
+			p = DefaultDBDPort
+		}
+		line("")
+		line("AccountingStorageType=accounting_storage/slurmdbd")
+		line("AccountingStorageHost=%s", AccountingHost(c))
+		line("AccountingStoragePort=%d", p)
+	}
+	if len(c.Spec.NodeSets) > 0 {
+		line("")
+	}
+	for _, ns := range c.Spec.NodeSets {
+		line("NodeSet=%s Feature=%s", ns.Name, ns.Name)
+	}
+	line("")
+	parts := c.Spec.Partitions
+	if len(parts) == 0 {
+		parts = []slurmv1.PartitionSpec{{Name: "main", Default: true}}
+	}
+	for _, p := range parts {
+		line("%s", partitionLine(p))
+	}
+	if extra := strings.TrimSpace(c.Spec.ExtraConfig); extra != "" {
+		line("")
+		line("# spec.extraConfig")
+		line("%s", extra)
+	}
+	return b.String()
+}
+
+func partitionLine(p slurmv1.PartitionSpec) string {
+	nodes := "ALL"
+	if len(p.NodeSets) > 0 {
+		nodes = strings.Join(p.NodeSets, ",")
+	}
+	maxTime, state := p.MaxTime, p.State
+	if maxTime == "" {
+		maxTime = "UNLIMITED"
+	}
+	if state == "" {
+		state = "UP"
+	}
+	s := fmt.Sprintf("PartitionName=%s Nodes=%s", p.Name, nodes)
+	if p.Default {
+		s += " Default=YES"
+	}
+	s += fmt.Sprintf(" MaxTime=%s State=%s", maxTime, state)
+	if p.PriorityTier != nil {
+		s += fmt.Sprintf(" PriorityTier=%d", *p.PriorityTier)
+	}
+	keys := make([]string, 0, len(p.Options))
+	for k := range p.Options {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		s += fmt.Sprintf(" %s=%s", k, p.Options[k])
+	}
+	return s
+}
+
+func renderCgroupConf(c *slurmv1.SlurmCluster) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# cgroup.conf of SlurmCluster %s/%s, rendered by kubeslurm.\n", c.Namespace, c.Name)
+	b.WriteString("CgroupPlugin=autodetect\n")
+	// In a container there is no systemd to ask for a scope.
+	b.WriteString("IgnoreSystemd=yes\n")
+	if extra := strings.TrimSpace(c.Spec.CgroupExtraConfig); extra != "" {
+		b.WriteString("# spec.cgroupExtraConfig\n" + extra + "\n")
+	}
+	return b.String()
+}

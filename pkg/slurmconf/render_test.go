@@ -1,0 +1,159 @@
+package slurmconf
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+func cluster(spec slurmv1.SlurmClusterSpec) *slurmv1.SlurmCluster {
+	return &slurmv1.SlurmCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "hpc", Name: "slurm"}, Spec: spec}
+}
+
+// full is a spec with every section that reaches the configuration.
+func full() slurmv1.SlurmClusterSpec {
+	return slurmv1.SlurmClusterSpec{
+		ClusterName: "research",
+		Controller:  slurmv1.ControllerSpec{Port: 6817, MaxNodeCount: 512},
+		NodeSets:    []slurmv1.NodeSetSpec{{Name: "cpu"}, {Name: "gpu", Features: []string{"a100"}}},
+		Partitions: []slurmv1.PartitionSpec{
+			{Name: "batch", NodeSets: []string{"cpu", "gpu"}, Default: true, MaxTime: "1-00:00:00", PriorityTier: ptr[int32](1),
+				Options: map[string]string{"DefMemPerCPU": "512", "OverSubscribe": "NO"}},
+			{Name: "gpu", NodeSets: []string{"gpu"}, State: "UP", PriorityTier: ptr[int32](2)},
+		},
+		Accounting:        &slurmv1.AccountingSpec{Database: slurmv1.DatabaseSpec{Host: "mariadb.db.svc", User: "slurm"}},
+		ExtraConfig:       "# site settings\nSchedulerParameters=bf_interval=60,bf_window=1440\nPriorityWeightTRES=CPU=1000,Mem=2000\n\nNodeName=static1 CPUs=4 State=FUTURE\n",
+		CgroupExtraConfig: "ConstrainRAMSpace=yes",
+	}
+}
+
+func TestRenderGolden(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		spec slurmv1.SlurmClusterSpec
+	}{
+		{"minimal", slurmv1.SlurmClusterSpec{}},
+		{"full", full()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			files, err := Render(cluster(tc.spec))
+			require.NoError(t, err)
+			for name, text := range files {
+				golden(t, tc.name+"."+name, text)
+			}
+		})
+	}
+}
+
+// golden compares text with testdata/NAME.golden; UPDATE_GOLDEN=1 rewrites the file.
+func golden(t *testing.T, name, text string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if os.Getenv("UPDATE_GOLDEN") == "1" {
+		require.NoError(t, os.WriteFile(path, []byte(text), 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "no golden file; run with UPDATE_GOLDEN=1")
+	assert.Equal(t, string(want), text)
+}
+
+// Issue test 6: every way of smuggling a line or a key of ours into slurm.conf is refused,
+// and nothing is rendered.
+func TestRenderRefusesInjection(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*slurmv1.SlurmClusterSpec)
+		want   string
+	}{
+		{"newline in a partition option", func(s *slurmv1.SlurmClusterSpec) {
+			s.Partitions[0].Options["DefMemPerCPU"] = "512\nAuthType=auth/none"
+		}, "control character"},
+		{"second key in a partition option", func(s *slurmv1.SlurmClusterSpec) {
+			s.Partitions[0].Options["DefMemPerCPU"] = "512 AuthType=auth/none"
+		}, "whitespace"},
+		{"comment cutting off the rest of a partition line", func(s *slurmv1.SlurmClusterSpec) {
+			s.Partitions[0].Options["DefMemPerCPU"] = "512#"
+		}, "comment"},
+		{"option named like a field of ours", func(s *slurmv1.SlurmClusterSpec) {
+			s.Partitions[0].Options["Nodes"] = "ALL"
+		}, "set by kubeslurm"},
+		{"reserved key in extra config", func(s *slurmv1.SlurmClusterSpec) {
+			s.ExtraConfig = "SlurmctldHost=evil"
+		}, "SlurmctldHost is set by kubeslurm"},
+		{"reserved key, other case", func(s *slurmv1.SlurmClusterSpec) {
+			s.ExtraConfig = "authtype=auth/none"
+		}, "set by kubeslurm"},
+		{"reserved key after an allowed one on the same line", func(s *slurmv1.SlurmClusterSpec) {
+			s.ExtraConfig = "SchedulerParameters=bf_interval=60 AuthAltTypes=auth/none"
+		}, "AuthAltTypes is set by kubeslurm"},
+		{"carriage return", func(s *slurmv1.SlurmClusterSpec) {
+			s.ExtraConfig = "SchedulerParameters=x\rAuthType=auth/none"
+		}, "line break"},
+		{"NUL", func(s *slurmv1.SlurmClusterSpec) { s.ExtraConfig = "SchedulerParameters=x\x00" }, "NUL"},
+		{"line continuation", func(s *slurmv1.SlurmClusterSpec) {
+			s.ExtraConfig = "SchedulerParameters=x\\\nAuthType=auth/none"
+		}, "escapes"},
+		{"continued comment", func(s *slurmv1.SlurmClusterSpec) { s.ExtraConfig = "# note \\\nAuthType=auth/none" }, "line 1"},
+		{"Include", func(s *slurmv1.SlurmClusterSpec) { s.ExtraConfig = "Include /etc/passwd" }, "not Key=Value"},
+		{"Include as key", func(s *slurmv1.SlurmClusterSpec) { s.ExtraConfig = "Include=/etc/passwd" }, "set by kubeslurm"},
+		{"quoted value", func(s *slurmv1.SlurmClusterSpec) {
+			s.ExtraConfig = `DownNodes=x Reason="a AuthType=auth/none"`
+		}, "quoting"},
+		{"bare word", func(s *slurmv1.SlurmClusterSpec) { s.ExtraConfig = "SchedulerParameters=x junk" }, "not Key=Value"},
+		{"empty key", func(s *slurmv1.SlurmClusterSpec) { s.ExtraConfig = "=x" }, "not a parameter name"},
+		{"partition in extra config", func(s *slurmv1.SlurmClusterSpec) { s.ExtraConfig = "PartitionName=x Nodes=ALL" }, "set by kubeslurm"},
+		{"unicode line separator", func(s *slurmv1.SlurmClusterSpec) { s.ExtraConfig = "A=b\u2028AuthType=x" }, "line break"},
+		{"cgroup extra owns CgroupPlugin", func(s *slurmv1.SlurmClusterSpec) { s.CgroupExtraConfig = "CgroupPlugin=cgroup/v1" }, "cgroupExtraConfig"},
+		{"cluster name with a newline", func(s *slurmv1.SlurmClusterSpec) { s.ClusterName = "a\nAuthType=auth/none" }, "clusterName"},
+		{"database host with a space", func(s *slurmv1.SlurmClusterSpec) { s.Accounting.Database.Host = "db AuthType=x" }, "accounting.database.host"},
+		{"feature with a newline", func(s *slurmv1.SlurmClusterSpec) { s.NodeSets[1].Features = []string{"a\nb=c"} }, "feature"},
+		{"unknown nodeset", func(s *slurmv1.SlurmClusterSpec) { s.Partitions[1].NodeSets = []string{"nope"} }, "not in spec.nodeSets"},
+		{"two defaults", func(s *slurmv1.SlurmClusterSpec) { s.Partitions[1].Default = true }, "at most one"},
+		{"bad maxTime", func(s *slurmv1.SlurmClusterSpec) { s.Partitions[1].MaxTime = "1h" }, "maxTime"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := full()
+			tc.mutate(&spec)
+			files, err := Render(cluster(spec))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Nil(t, files)
+		})
+	}
+}
+
+func TestValidateExtraAccepts(t *testing.T) {
+	for _, text := range []string{
+		"",
+		"\n\n",
+		"# only a comment",
+		"SchedulerParameters=bf_interval=60",
+		"  NodeName=n1 CPUs=4 RealMemory=1000\tState=FUTURE  ",
+		"PriorityWeightTRES=CPU=1000,Mem=2000,GRES/gpu=3000",
+		"SlurmctldTimeout=120\nMessageTimeout=20",
+	} {
+		assert.NoError(t, ValidateExtra(text), "%q", text)
+	}
+}
+
+func TestHashFollowsContent(t *testing.T) {
+	a, err := Render(cluster(full()))
+	require.NoError(t, err)
+	b, err := Render(cluster(full()))
+	require.NoError(t, err)
+	assert.Equal(t, a.Hash(), b.Hash(), "same spec, same hash")
+	spec := full()
+	spec.Partitions[1].MaxTime = "60"
+	c, err := Render(cluster(spec))
+	require.NoError(t, err)
+	assert.NotEqual(t, a.Hash(), c.Hash())
+	assert.Contains(t, c[SlurmConfFile], "PartitionName=gpu Nodes=gpu MaxTime=60 State=UP PriorityTier=2\n")
+}

@@ -1,0 +1,19 @@
+package wellknown
+
+// SlurmCluster objects (pkg/controller/slurmcluster).
+const (
+	// SlurmClusterLabel names the SlurmCluster on the Secrets and ConfigMap made for it.
+	SlurmClusterLabel = "slurm.kubeslurm.io/cluster"
+	// SlurmConfigHashAnnotation on the rendered ConfigMap is the hash of its files: pods
+	// that mount it will carry it too, so a change reaches them.
+	SlurmConfigHashAnnotation = "slurm.kubeslurm.io/config-hash"
+
+	// Events on a SlurmCluster.
+	EventSlurmConfigUpdated = "SlurmConfigUpdated"
+	// EventSlurmConfigRefused: the spec did not render; the old ConfigMap stays.
+	EventSlurmConfigRefused = "SlurmConfigRefused"
+	EventSlurmKeyGenerated  = "SlurmKeyGenerated"
+	// EventSlurmKeyRegenerated: a generated key Secret was deleted and a new key made.
+	EventSlurmKeyRegenerated = "SlurmKeyRegenerated"
+	EventSlurmKeyMissing     = "SlurmKeyMissing"
+)
