@@ -23,8 +23,12 @@ func TestJobStateOnThePod(t *testing.T) {
 	ns := namespace(t)
 	p := createPod(t, ns, "told")
 	p = waitBound(t, ns, "told", 60*time.Second)
-	eventually(t, 10*time.Second, "SlurmJob condition True with the node", func() bool {
+	// 30 s: this may run just after another test restarted the controller (TestHelmInstall).
+	eventually(t, 30*time.Second, "SlurmJob condition True with the node", func() bool {
 		c := podConditionOf(getPod(t, ns, "told"), wellknown.SlurmJobCondition)
+		if c != nil {
+			t.Logf("SlurmJob condition: %s %s %q", c.Status, c.Reason, c.Message)
+		}
 		return c != nil && c.Status == v1.ConditionTrue && strings.Contains(c.Message, p.Spec.NodeName)
 	})
 	p = getPod(t, ns, "told")
