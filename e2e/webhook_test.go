@@ -35,7 +35,8 @@ func waitWebhook(t *testing.T) {
 		}
 		m, err := kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, wellknown.WebhookConfigurationName, metav1.GetOptions{})
 		return err == nil && len(m.Webhooks) > 0 && len(m.Webhooks[0].ClientConfig.CABundle) > 0
-	})	// A controller restarted just before (another test's clean-up) serves its certificate a
+	})
+	// A controller restarted just before (another test's clean-up) serves its certificate a
 	// moment after it reads as ready, and the webhook fails open meanwhile: wait until a
 	// dry-run of a bad pod is refused.
 	eventually(t, 30*time.Second, "the webhook refusing a bad annotation", func() bool {
