@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kubeslurm/kubeslurm/pkg/slurmjob"
@@ -36,7 +37,9 @@ var (
 	repoRoot string
 	runDir   string
 	kube     kubernetes.Interface
-	nodes    []string
+	// adminConfig is the local cluster's admin kubeconfig, for the clients of other APIs.
+	adminConfig *rest.Config
+	nodes       []string
 )
 
 func TestMain(m *testing.M) {
@@ -47,6 +50,7 @@ func TestMain(m *testing.M) {
 		runDir = filepath.Join(repoRoot, ".local")
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(runDir, "admin.kubeconfig"))
+	adminConfig = cfg
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: no local cluster (%v); run `make up` first\n", err)
 		os.Exit(1)

@@ -19,7 +19,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	spv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 	spclientset "sigs.k8s.io/scheduler-plugins/pkg/generated/clientset/versioned"
 
@@ -32,9 +31,7 @@ import (
 // podGroups is a client of the scheduler-plugins PodGroup API on the local cluster.
 func podGroups(t *testing.T) spclientset.Interface {
 	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(runDir, "admin.kubeconfig"))
-	require.NoError(t, err)
-	return spclientset.NewForConfigOrDie(cfg)
+	return spclientset.NewForConfigOrDie(adminConfig)
 }
 
 // createPodGroup creates the PodGroup and its members name-0 … name-(size-1), in that

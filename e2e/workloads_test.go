@@ -15,7 +15,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	jobsetclientset "sigs.k8s.io/jobset/client-go/clientset/versioned"
 
@@ -28,9 +27,7 @@ import (
 
 func jobSets(t *testing.T) jobsetclientset.Interface {
 	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(runDir, "admin.kubeconfig"))
-	require.NoError(t, err)
-	return jobsetclientset.NewForConfigOrDie(cfg)
+	return jobsetclientset.NewForConfigOrDie(adminConfig)
 }
 
 // applyExample applies examples/<file> in ns, deleting it at the test's end.
