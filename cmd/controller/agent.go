@@ -2,21 +2,16 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubeslurm/kubeslurm/pkg/controller/jobmapping"
@@ -52,27 +47,15 @@ func newAgentCommand() *cobra.Command {
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", "0", "metrics endpoint address (0 disables)")
 	f.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "health probe address (0 disables)")
 	_ = cmd.MarkFlagRequired("node-name")
-	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
-	klog.InitFlags(klogFlags)
-	f.AddGoFlagSet(klogFlags)
+	addKlogFlags(cmd)
 	return cmd
 }
 
 func runAgent(ctx context.Context, o agentOptions) error {
-	ctrl.SetLogger(klog.NewKlogr())
 	if _, err := dcgmjobmap.Scripts(o.dir); err != nil { // the same directories the scripts take
 		return fmt.Errorf("--dir: %w", err)
 	}
-	restConfig, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
-	if err != nil {
-		return fmt.Errorf("loading kubeconfig: %w", err)
-	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
-	}
-	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
-		Scheme:                 scheme,
+	mgr, err := newManager(o.kubeconfig, ctrl.Options{
 		Metrics:                metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress: o.probeAddr,
 		// The node's pods only, and nothing else is read.
@@ -81,15 +64,12 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		}},
 	})
 	if err != nil {
-		return fmt.Errorf("creating manager: %w", err)
+		return err
 	}
 	if err := (&jobmapping.Reconciler{
 		Client: mgr.GetClient(), Node: o.nodeName, Dir: o.dir, Resync: o.resync,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the job mapping agent: %w", err)
-	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return err
 	}
 	klog.InfoS("Starting the DCGM job mapping agent", "node", o.nodeName, "dir", o.dir)
 	return mgr.Start(ctx)

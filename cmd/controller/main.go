@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -13,14 +12,10 @@ import (
 
 	"github.com/spf13/cobra"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -146,15 +141,12 @@ func newCommand() *cobra.Command {
 	for _, name := range []string{"slurmrestd-url", "slurm-jwt-key-file"} {
 		_ = cmd.MarkFlagRequired(name)
 	}
-	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
-	klog.InitFlags(klogFlags)
-	f.AddGoFlagSet(klogFlags)
+	addKlogFlags(cmd)
 	cmd.AddCommand(newAgentCommand())
 	return cmd
 }
 
 func run(ctx context.Context, o options) error {
-	ctrl.SetLogger(klog.NewKlogr())
 	taintEffect, err := nodecontroller.ParseTaintEffect(o.drainTaintEffect)
 	if err != nil {
 		return fmt.Errorf("--slurm-drain-taint-effect: %w", err)
@@ -173,27 +165,15 @@ func run(ctx context.Context, o options) error {
 		}
 		topo = &o.topology
 	}
-	restConfig, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
-	if err != nil {
-		return fmt.Errorf("loading kubeconfig: %w", err)
-	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
-	}
-	if err := slurmv1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
-		Scheme:                  scheme,
+	mgr, err := newManager(o.kubeconfig, ctrl.Options{
 		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress:  o.probeAddr,
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "kubeslurm-controller",
 		LeaderElectionNamespace: o.leaderNamespace,
-	})
+	}, slurmv1.AddToScheme)
 	if err != nil {
-		return fmt.Errorf("creating manager: %w", err)
+		return err
 	}
 	slurmClient, err := slurm.NewClient(slurm.Config{
 		URL: o.slurmrestdURL, User: o.slurmUser, JWTKeyFile: o.jwtKeyFile, Timeout: o.requestTimeout,
@@ -267,9 +247,6 @@ func run(ctx context.Context, o options) error {
 		if err := addJobMappingScripts(mgr, o.dcgmJobMappingConfigMap, o.dcgmJobMappingDir); err != nil {
 			return fmt.Errorf("--dcgm-job-mapping-configmap: %w", err)
 		}
-	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return err
 	}
 	if err := mgr.AddReadyzCheck("slurm", func(_ *http.Request) error {
 		if !watcher.Synced() {
