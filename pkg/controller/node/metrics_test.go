@@ -14,7 +14,7 @@ import (
 
 func TestDrainSyncLag(t *testing.T) {
 	f := newFixture(t, cordoned(newNode("n1")))
-	f.watcher.OnChange(f.r.noteSlurmChanges)
+	f.Watcher.OnChange(f.r.noteSlurmChanges)
 	now := t0
 	f.r.now = func() time.Time { return now }
 	lag := func(direction string) (uint64, float64) {
@@ -24,11 +24,11 @@ func TestDrainSyncLag(t *testing.T) {
 	toKube, toKubeSum := lag(metrics.ToKubernetes)
 
 	// The cordon is noticed while slurmrestd is down, and reaches Slurm 3 s later.
-	f.poll()
-	f.slurm.FailWith = unreachable
+	f.Poll()
+	f.Slurm.FailWith = unreachable
 	_, err := f.reconcile("n1")
 	require.Error(t, err)
-	f.slurm.FailWith = nil
+	f.Slurm.FailWith = nil
 	now = now.Add(3 * time.Second)
 	_, err = f.reconcile("n1")
 	require.NoError(t, err)
@@ -38,7 +38,7 @@ func TestDrainSyncLag(t *testing.T) {
 
 	// The poll that shows the drain starts the other way; the taint follows 2 s later.
 	now = now.Add(time.Second)
-	f.poll()
+	f.Poll()
 	now = now.Add(2 * time.Second)
 	_, err = f.reconcile("n1")
 	require.NoError(t, err)

@@ -14,12 +14,12 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/kubeslurm/kubeslurm/pkg/slurm"
+	"github.com/kubeslurm/kubeslurm/pkg/controller/controllertest"
 	"github.com/kubeslurm/kubeslurm/pkg/slurm/slurmtest"
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
@@ -35,40 +35,33 @@ var (
 )
 
 type fixture struct {
-	t        *testing.T
-	slurm    *slurmtest.Fake
-	watcher  *slurm.Watcher
-	kube     client.Client
-	recorder *events.FakeRecorder
-	r        *Reconciler
+	*controllertest.Fixture
+	r *Reconciler
 }
 
 // newFixture has Slurm nodes n1 and n2, idle and dynamic, and the given Kubernetes nodes.
 func newFixture(t *testing.T, objs ...client.Object) *fixture {
-	f := &fixture{t: t, slurm: slurmtest.New(), recorder: events.NewFakeRecorder(100)}
+	sl := slurmtest.New()
 	for _, n := range []string{"n1", "n2"} {
-		require.NoError(t, f.slurm.SetNode(n, "", idle, dyn))
+		require.NoError(t, sl.SetNode(n, "", idle, dyn))
 	}
-	f.kube = fake.NewClientBuilder().WithObjects(objs...).WithStatusSubresource(&v1.Node{}).Build()
-	f.watcher = slurm.NewWatcher(f.slurm, time.Hour, time.Hour)
+	f := &fixture{Fixture: controllertest.New(t, sl, fake.NewClientBuilder().WithObjects(objs...).WithStatusSubresource(&v1.Node{}))}
 	f.r = f.newReconciler()
 	return f
 }
 
 // newReconciler is a fresh controller process over the same cluster (a restart).
 func (f *fixture) newReconciler() *Reconciler {
-	return &Reconciler{Client: f.kube, APIReader: f.kube, Slurm: f.slurm, Watcher: f.watcher, Recorder: f.recorder,
+	return &Reconciler{Client: f.Kube, APIReader: f.Kube, Slurm: f.Slurm, Watcher: f.Watcher, Recorder: f.Recorder,
 		DrainOnConditions: []string{"KernelDeadlock", "GPUUnhealthy"}, TaintEffect: v1.TaintEffectNoSchedule,
 		NotSyncedRetry: time.Second, now: func() time.Time { return t0 }}
 }
 
-func (f *fixture) poll() { require.NoError(f.t, f.watcher.Poll(context.Background())) }
-
 // sync polls Slurm and reconciles the node, as the watcher's change would.
 func (f *fixture) sync(name string) {
-	f.poll()
+	f.Poll()
 	_, err := f.reconcile(name)
-	require.NoError(f.t, err)
+	require.NoError(f.T, err)
 }
 
 func (f *fixture) reconcile(name string) (ctrl.Result, error) {
@@ -77,38 +70,26 @@ func (f *fixture) reconcile(name string) (ctrl.Result, error) {
 
 func (f *fixture) node(name string) *v1.Node {
 	n := &v1.Node{}
-	require.NoError(f.t, f.kube.Get(context.Background(), types.NamespacedName{Name: name}, n))
+	require.NoError(f.T, f.Kube.Get(context.Background(), types.NamespacedName{Name: name}, n))
 	return n
 }
 
 func (f *fixture) update(name string, mutate func(*v1.Node)) {
 	n := f.node(name)
 	mutate(n)
-	require.NoError(f.t, f.kube.Update(context.Background(), n))
+	require.NoError(f.T, f.Kube.Update(context.Background(), n))
 }
 
 func (f *fixture) updateStatus(name string, mutate func(*v1.Node)) {
 	n := f.node(name)
 	mutate(n)
-	require.NoError(f.t, f.kube.Status().Update(context.Background(), n))
+	require.NoError(f.T, f.Kube.Status().Update(context.Background(), n))
 }
 
 func (f *fixture) slurmNode(name string) *slurm.Node {
-	n, err := f.slurm.GetNode(context.Background(), name)
-	require.NoError(f.t, err)
+	n, err := f.Slurm.GetNode(context.Background(), name)
+	require.NoError(f.T, err)
 	return n
-}
-
-func (f *fixture) events() string {
-	var out []string
-	for {
-		select {
-		case e := <-f.recorder.Events:
-			out = append(out, e)
-		default:
-			return strings.Join(out, "\n")
-		}
-	}
 }
 
 func newNode(name string) *v1.Node {
@@ -256,13 +237,13 @@ func TestSlurmConditions(t *testing.T) {
 func TestCordonDrainsAndUncordonUndrains(t *testing.T) {
 	f := newFixture(t, cordoned(newNode("n1")))
 	f.sync("n1")
-	assert.Equal(t, []string{"drain n1: " + cordonReason}, f.slurm.NodeOps())
-	assert.Contains(t, f.events(), wellknown.EventDrainedInSlurm)
+	assert.Equal(t, []string{"drain n1: " + cordonReason}, f.Slurm.NodeOps())
+	assert.Contains(t, f.Events(), wellknown.EventDrainedInSlurm)
 
 	// The next poll shows the drain: conditions and taint follow, and nothing drains twice.
 	f.sync("n1")
 	f.sync("n1")
-	assert.Empty(t, f.slurm.NodeOps(), "no second drain")
+	assert.Empty(t, f.Slurm.NodeOps(), "no second drain")
 	n := f.node("n1")
 	conds := ourConditions(n)
 	assert.Len(t, conds, 2)
@@ -272,11 +253,11 @@ func TestCordonDrainsAndUncordonUndrains(t *testing.T) {
 
 	f.update("n1", func(n *v1.Node) { n.Spec.Unschedulable = false })
 	f.sync("n1")
-	assert.Equal(t, []string{"undrain n1"}, f.slurm.NodeOps())
-	assert.Contains(t, f.events(), wellknown.EventUndrainedInSlurm)
+	assert.Equal(t, []string{"undrain n1"}, f.Slurm.NodeOps())
+	assert.Contains(t, f.Events(), wellknown.EventUndrainedInSlurm)
 	f.sync("n1")
 	f.sync("n1")
-	assert.Empty(t, f.slurm.NodeOps())
+	assert.Empty(t, f.Slurm.NodeOps())
 	n = f.node("n1")
 	assert.Nil(t, taintOf(n))
 	assert.Equal(t, map[v1.NodeConditionType]v1.NodeCondition{"SlurmNodeIdle": {
@@ -297,33 +278,33 @@ func TestCustomDrainReason(t *testing.T) {
 	f.update("n1", func(n *v1.Node) { n.Annotations[wellknown.DrainReasonAnnotation] = "PSU swap done" })
 	f.sync("n1")
 	f.sync("n1")
-	assert.Equal(t, []string{"drain n1: " + cordonReason + ": PSU swap, ticket 7", "drain n1: " + cordonReason + ": PSU swap done"}, f.slurm.NodeOps())
+	assert.Equal(t, []string{"drain n1: " + cordonReason + ": PSU swap, ticket 7", "drain n1: " + cordonReason + ": PSU swap done"}, f.Slurm.NodeOps())
 }
 
 func TestAdminDrainIsNeverUndone(t *testing.T) {
 	f := newFixture(t, newNode("n1"))
-	require.NoError(t, f.slurm.SetNode("n1", "hw", idle, "DRAIN", dyn))
+	require.NoError(t, f.Slurm.SetNode("n1", "hw", idle, "DRAIN", dyn))
 	f.sync("n1")
 	n := f.node("n1")
 	require.NotNil(t, taintOf(n), "Slurm's drain shows in Kubernetes")
 	assert.Equal(t, "hw", ourConditions(n)[wellknown.SlurmNodeDrainedCondition].Message)
-	assert.Contains(t, f.events(), wellknown.EventSlurmTaintAdded)
+	assert.Contains(t, f.Events(), wellknown.EventSlurmTaintAdded)
 
 	// Cordon and uncordon: the admin's drain and its reason stay.
 	f.update("n1", func(n *v1.Node) { n.Spec.Unschedulable = true })
 	f.sync("n1")
 	f.update("n1", func(n *v1.Node) { n.Spec.Unschedulable = false })
 	f.sync("n1")
-	assert.Empty(t, f.slurm.NodeOps())
+	assert.Empty(t, f.Slurm.NodeOps())
 	sn := f.slurmNode("n1")
 	assert.True(t, sn.Has(slurm.NodeDrain))
 	assert.Equal(t, "hw", sn.Reason)
 
 	// The admin resumes it: the taint goes.
-	require.NoError(t, f.slurm.SetNode("n1", "", idle, dyn))
+	require.NoError(t, f.Slurm.SetNode("n1", "", idle, dyn))
 	f.sync("n1")
 	assert.Nil(t, taintOf(f.node("n1")))
-	assert.Contains(t, f.events(), wellknown.EventSlurmTaintRemoved)
+	assert.Contains(t, f.Events(), wellknown.EventSlurmTaintRemoved)
 }
 
 // The cache says the drain is ours, but an admin re-drained the node since the last poll:
@@ -331,14 +312,14 @@ func TestAdminDrainIsNeverUndone(t *testing.T) {
 func TestStaleCacheNeverUndoesAnAdminDrain(t *testing.T) {
 	f := newFixture(t, cordoned(newNode("n1")))
 	f.sync("n1")
-	f.poll()
-	f.slurm.NodeOps()
-	require.NoError(t, f.slurm.SetNode("n1", "hw", idle, "DRAIN", dyn)) // not polled yet
+	f.Poll()
+	f.Slurm.NodeOps()
+	require.NoError(t, f.Slurm.SetNode("n1", "hw", idle, "DRAIN", dyn)) // not polled yet
 	f.update("n1", func(n *v1.Node) { n.Spec.Unschedulable = false })
 
 	_, err := f.reconcile("n1")
 	require.NoError(t, err)
-	assert.Empty(t, f.slurm.NodeOps())
+	assert.Empty(t, f.Slurm.NodeOps())
 	assert.Equal(t, "hw", f.slurmNode("n1").Reason)
 }
 
@@ -360,7 +341,7 @@ func TestConditionDrainsUntilHealthyAndNothingElseOfOursWantsIt(t *testing.T) {
 	f.update("n1", func(n *v1.Node) { n.Spec.Unschedulable = false })
 	f.sync("n1")
 	assert.False(t, f.slurmNode("n1").Has(slurm.NodeDrain))
-	assert.Equal(t, []string{"drain n1: " + both, "drain n1: " + cordonReason, "undrain n1"}, f.slurm.NodeOps())
+	assert.Equal(t, []string{"drain n1: " + both, "drain n1: " + cordonReason, "undrain n1"}, f.Slurm.NodeOps())
 }
 
 func TestDownDrainedNotRespondingHasExactlyThreeConditions(t *testing.T) {
@@ -371,8 +352,8 @@ func TestDownDrainedNotRespondingHasExactlyThreeConditions(t *testing.T) {
 
 	// Our drain, then slurmd stops: slurmctld appends to the reason, which stays ours.
 	reason := cordonReason + " : Not responding"
-	require.NoError(t, f.slurm.SetNode("n1", reason, "DOWN", "DRAIN", "NOT_RESPONDING", dyn))
-	f.slurm.NodeOps()
+	require.NoError(t, f.Slurm.SetNode("n1", reason, "DOWN", "DRAIN", "NOT_RESPONDING", dyn))
+	f.Slurm.NodeOps()
 	f.sync("n1")
 	n := f.node("n1")
 	conds := ourConditions(n)
@@ -388,7 +369,7 @@ func TestDownDrainedNotRespondingHasExactlyThreeConditions(t *testing.T) {
 	f.sync("n1")
 	assert.Equal(t, rv, f.node("n1").ResourceVersion)
 	assert.Len(t, ourConditions(f.node("n1")), 3)
-	assert.Empty(t, f.slurm.NodeOps(), "the drain is left as Slurm has it")
+	assert.Empty(t, f.Slurm.NodeOps(), "the drain is left as Slurm has it")
 }
 
 func TestConditionsAreDeduplicatedAndKeepTheirTransitionTime(t *testing.T) {
@@ -442,7 +423,7 @@ func TestTaint(t *testing.T) {
 			}
 			f := newFixture(t, n)
 			f.r.TaintEffect = tt.effect
-			require.NoError(t, f.slurm.SetNode("n1", "hw", append(tt.states, dyn)...))
+			require.NoError(t, f.Slurm.SetNode("n1", "hw", append(tt.states, dyn)...))
 			f.sync("n1")
 
 			got := f.node("n1")
@@ -456,7 +437,7 @@ func TestTaint(t *testing.T) {
 				assert.Equal(t, tt.wantEffect == v1.TaintEffectNoExecute, taintOf(got).TimeAdded != nil)
 				assert.Len(t, got.Spec.Taints, 2)
 			}
-			ev := f.events()
+			ev := f.Events()
 			if tt.event == "" {
 				assert.NotContains(t, ev, "Taint")
 			} else {
@@ -473,17 +454,17 @@ func TestFailClosed(t *testing.T) {
 		res, err := f.reconcile("n1")
 		require.NoError(t, err)
 		assert.Equal(t, time.Second, res.RequeueAfter)
-		assert.Empty(t, f.slurm.NodeOps())
+		assert.Empty(t, f.Slurm.NodeOps())
 		assert.Empty(t, ourConditions(f.node("n1")))
 	})
 	t.Run("slurmrestd unreachable: no drain, an error to retry", func(t *testing.T) {
 		f := newFixture(t, cordoned(newNode("n1")))
-		f.poll()
-		f.slurm.FailWith = unreachable
+		f.Poll()
+		f.Slurm.FailWith = unreachable
 		_, err := f.reconcile("n1")
 		assert.True(t, slurm.IsUnavailable(err), "%v", err)
-		f.slurm.FailWith = nil
-		assert.Empty(t, f.slurm.NodeOps())
+		f.Slurm.FailWith = nil
+		assert.Empty(t, f.Slurm.NodeOps())
 		assert.Contains(t, ourConditions(f.node("n1")), v1.NodeConditionType("SlurmNodeIdle"),
 			"the last state seen still reaches the node")
 	})
@@ -491,16 +472,16 @@ func TestFailClosed(t *testing.T) {
 		f := newFixture(t, cordoned(newNode("n1")))
 		f.sync("n1")
 		f.sync("n1")
-		f.slurm.NodeOps()
+		f.Slurm.NodeOps()
 		f.update("n1", func(n *v1.Node) { n.Spec.Unschedulable = false })
-		f.slurm.FailWith = errors.New("Service Unavailable")
+		f.Slurm.FailWith = errors.New("Service Unavailable")
 		_, err := f.reconcile("n1")
 		assert.True(t, slurm.IsUnavailable(err), "%v", err)
-		assert.Error(t, f.watcher.Poll(context.Background()), "a failed poll changes nothing")
+		assert.Error(t, f.Watcher.Poll(context.Background()), "a failed poll changes nothing")
 		_, err = f.reconcile("n1")
 		assert.Error(t, err)
-		f.slurm.FailWith = nil
-		assert.Empty(t, f.slurm.NodeOps())
+		f.Slurm.FailWith = nil
+		assert.Empty(t, f.Slurm.NodeOps())
 		assert.NotNil(t, taintOf(f.node("n1")), "the taint stays while Slurm cannot be read")
 		assert.Contains(t, ourConditions(f.node("n1")), v1.NodeConditionType(wellknown.SlurmNodeDrainedCondition))
 	})
@@ -513,16 +494,16 @@ func TestFailClosed(t *testing.T) {
 		got := f.node("n9")
 		assert.Equal(t, n.Spec.Taints, got.Spec.Taints)
 		assert.Len(t, ourConditions(got), 1)
-		assert.Empty(t, f.slurm.NodeOps())
+		assert.Empty(t, f.Slurm.NodeOps())
 	})
 	t.Run("Slurm refuses: an event with its words, no hot loop", func(t *testing.T) {
 		f := newFixture(t, cordoned(newNode("n1")))
-		f.poll()
-		require.NoError(t, f.slurm.SetNode("n1", "", idle, dyn)) // still there for the fresh read
-		f.r.Slurm = refusingDrain{f.slurm}
+		f.Poll()
+		require.NoError(t, f.Slurm.SetNode("n1", "", idle, dyn)) // still there for the fresh read
+		f.r.Slurm = refusingDrain{f.Slurm}
 		_, err := f.reconcile("n1")
 		require.NoError(t, err)
-		ev := f.events()
+		ev := f.Events()
 		assert.Contains(t, ev, wellknown.EventSlurmNodeUpdateFailed)
 		assert.Contains(t, ev, "Invalid node state specified")
 	})
@@ -539,117 +520,117 @@ func TestRestartRebuildsFromBothSides(t *testing.T) {
 	f := newFixture(t, cordoned(newNode("n1")), newNode("n2"))
 	f.sync("n1")
 	f.sync("n2")
-	f.slurm.NodeOps()
+	f.Slurm.NodeOps()
 
 	// A new process: the drain it finds is its own and current, so nothing is redone.
 	f.r = f.newReconciler()
 	f.sync("n1")
 	f.sync("n2")
-	assert.Empty(t, f.slurm.NodeOps(), "no double drain after a restart")
+	assert.Empty(t, f.Slurm.NodeOps(), "no double drain after a restart")
 
 	// Uncordoned while the controller was down: the next process undrains.
 	f.update("n1", func(n *v1.Node) { n.Spec.Unschedulable = false })
 	f.r = f.newReconciler()
 	f.sync("n1")
-	assert.Equal(t, []string{"undrain n1"}, f.slurm.NodeOps(), "no lost undrain")
+	assert.Equal(t, []string{"undrain n1"}, f.Slurm.NodeOps(), "no lost undrain")
 }
 
 func TestDeletedNode(t *testing.T) {
 	deleteNode := func(f *fixture, name string) {
-		require.NoError(f.t, f.kube.Delete(context.Background(), &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}))
+		require.NoError(f.T, f.Kube.Delete(context.Background(), &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}))
 	}
 	t.Run("idle dynamic node is removed", func(t *testing.T) {
 		f := newFixture(t, newNode("n1"))
 		f.sync("n1")
 		deleteNode(f, "n1")
 		f.sync("n1")
-		assert.Equal(t, []string{"delete n1"}, f.slurm.NodeOps())
-		assert.Contains(t, f.events(), wellknown.EventRemovedFromSlurm)
+		assert.Equal(t, []string{"delete n1"}, f.Slurm.NodeOps())
+		assert.Contains(t, f.Events(), wellknown.EventRemovedFromSlurm)
 		f.sync("n1")
-		assert.Empty(t, f.slurm.NodeOps())
+		assert.Empty(t, f.Slurm.NodeOps())
 	})
 	t.Run("drained or down, but idle, is removed", func(t *testing.T) {
 		f := newFixture(t, newNode("n1"))
-		require.NoError(t, f.slurm.SetNode("n1", "hw", "DOWN", "DRAIN", "NOT_RESPONDING", dyn))
+		require.NoError(t, f.Slurm.SetNode("n1", "hw", "DOWN", "DRAIN", "NOT_RESPONDING", dyn))
 		f.sync("n1")
 		deleteNode(f, "n1")
 		f.sync("n1")
-		assert.Equal(t, []string{"delete n1"}, f.slurm.NodeOps())
+		assert.Equal(t, []string{"delete n1"}, f.Slurm.NodeOps())
 	})
 	t.Run("a node of slurm.conf is never removed", func(t *testing.T) {
 		f := newFixture(t, newNode("n1"))
-		require.NoError(t, f.slurm.SetNode("n1", "", idle))
+		require.NoError(t, f.Slurm.SetNode("n1", "", idle))
 		f.sync("n1")
 		deleteNode(f, "n1")
 		f.sync("n1")
-		assert.Empty(t, f.slurm.NodeOps())
+		assert.Empty(t, f.Slurm.NodeOps())
 	})
 	t.Run("a Slurm node Kubernetes never had is never removed", func(t *testing.T) {
 		f := newFixture(t)
 		f.sync("n1")
-		assert.Empty(t, f.slurm.NodeOps())
+		assert.Empty(t, f.Slurm.NodeOps())
 	})
 	t.Run("state unknown to Slurm is not idle", func(t *testing.T) {
 		f := newFixture(t, newNode("n1"))
-		require.NoError(t, f.slurm.SetNode("n1", "", "UNKNOWN", dyn))
+		require.NoError(t, f.Slurm.SetNode("n1", "", "UNKNOWN", dyn))
 		f.sync("n1")
 		deleteNode(f, "n1")
 		f.sync("n1")
-		assert.Empty(t, f.slurm.NodeOps(), "neither deleted nor drained")
+		assert.Empty(t, f.Slurm.NodeOps(), "neither deleted nor drained")
 	})
 	t.Run("busy: drained, never cancelled, removed once idle, even after a restart", func(t *testing.T) {
 		f := newFixture(t, newNode("n1"))
-		require.NoError(t, f.slurm.SetNode("n1", "", "ALLOCATED", dyn))
+		require.NoError(t, f.Slurm.SetNode("n1", "", "ALLOCATED", dyn))
 		f.sync("n1")
 		deleteNode(f, "n1")
 		f.sync("n1")
 		marker := "kubeslurm: node n1 deleted from Kubernetes"
-		assert.Equal(t, []string{"drain n1: " + marker}, f.slurm.NodeOps())
+		assert.Equal(t, []string{"drain n1: " + marker}, f.Slurm.NodeOps())
 		f.sync("n1")
-		assert.Empty(t, f.slurm.NodeOps(), "waits while jobs run")
+		assert.Empty(t, f.Slurm.NodeOps(), "waits while jobs run")
 
 		f.r = f.newReconciler() // forgets what it saw; the marker in Slurm remains
-		require.NoError(t, f.slurm.SetNode("n1", marker, idle, "DRAIN", dyn))
+		require.NoError(t, f.Slurm.SetNode("n1", marker, idle, "DRAIN", dyn))
 		f.sync("n1")
-		assert.Equal(t, []string{"delete n1"}, f.slurm.NodeOps())
+		assert.Equal(t, []string{"delete n1"}, f.Slurm.NodeOps())
 	})
 	t.Run("busy and drained by an admin: the reason stays", func(t *testing.T) {
 		f := newFixture(t, newNode("n1"))
-		require.NoError(t, f.slurm.SetNode("n1", "hw", "MIXED", "DRAIN", dyn))
+		require.NoError(t, f.Slurm.SetNode("n1", "hw", "MIXED", "DRAIN", dyn))
 		f.sync("n1")
 		deleteNode(f, "n1")
 		f.sync("n1")
-		assert.Empty(t, f.slurm.NodeOps())
+		assert.Empty(t, f.Slurm.NodeOps())
 		assert.Equal(t, "hw", f.slurmNode("n1").Reason)
 	})
 	t.Run("busy again since the last poll: not removed", func(t *testing.T) {
 		f := newFixture(t, newNode("n1"))
 		f.sync("n1")
 		deleteNode(f, "n1")
-		f.poll()
-		require.NoError(t, f.slurm.SetNode("n1", "", "ALLOCATED", dyn))
+		f.Poll()
+		require.NoError(t, f.Slurm.SetNode("n1", "", "ALLOCATED", dyn))
 		_, err := f.reconcile("n1")
 		require.NoError(t, err)
-		assert.Empty(t, f.slurm.NodeOps())
+		assert.Empty(t, f.Slurm.NodeOps())
 	})
 	t.Run("the cache misses it but the API server has it: not deleted", func(t *testing.T) {
 		f := newFixture(t, newNode("n1"))
 		f.sync("n1")
 		f.r.Client = fake.NewClientBuilder().Build() // a cache that has not caught up
 		f.sync("n1")
-		assert.Empty(t, f.slurm.NodeOps())
+		assert.Empty(t, f.Slurm.NodeOps())
 	})
 	t.Run("slurmrestd unreachable: nothing deleted", func(t *testing.T) {
 		f := newFixture(t, newNode("n1"))
 		f.sync("n1")
 		deleteNode(f, "n1")
-		f.poll()
-		f.slurm.FailWith = unreachable
+		f.Poll()
+		f.Slurm.FailWith = unreachable
 		_, err := f.reconcile("n1")
 		assert.Error(t, err)
-		f.slurm.FailWith = nil
-		assert.Empty(t, f.slurm.NodeOps())
-		_, err = f.slurm.GetNode(context.Background(), "n1")
+		f.Slurm.FailWith = nil
+		assert.Empty(t, f.Slurm.NodeOps())
+		_, err = f.Slurm.GetNode(context.Background(), "n1")
 		assert.NoError(t, err, "still in Slurm")
 	})
 }

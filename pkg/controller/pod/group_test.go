@@ -20,8 +20,8 @@ func (f *fixture) submitGroup(pods ...*v1.Pod) int32 {
 	for _, p := range pods {
 		spec.Pods = append(spec.Pods, slurmjob.RefOf(p))
 	}
-	job, err := f.slurm.Submit(context.Background(), spec)
-	require.NoError(f.t, err)
+	job, err := f.Slurm.Submit(context.Background(), spec)
+	require.NoError(f.T, err)
 	return job.ID
 }
 
@@ -59,8 +59,8 @@ func runningPair(t *testing.T, aPhase v1.PodPhase) (f *fixture, b *v1.Pod, id in
 	b = newPod("b", "n2", v1.PodRunning, "1")
 	f = newFixture(t, a, b)
 	id = f.submitGroup(a, b)
-	require.NoError(t, f.slurm.Allocate(id, "n1", "n2"))
-	f.poll()
+	require.NoError(t, f.Slurm.Allocate(id, "n1", "n2"))
+	f.Poll()
 	return f, b, id
 }
 
@@ -70,12 +70,12 @@ func TestGroupMemberFailingEndsTheGroup(t *testing.T) {
 	_, err := f.reconcile("a")
 	require.NoError(t, err)
 	assert.Equal(t, slurm.StateCancelled, f.jobState(id))
-	ev := f.events()
+	ev := f.Events()
 	assert.Contains(t, ev, wellknown.EventSlurmJobGroupMemberEnded, "the other member is told why")
 	assert.Contains(t, ev, wellknown.EventSlurmJobReleased)
 
 	// b then ends because its job did.
-	f.poll()
+	f.Poll()
 	_, err = f.reconcile("b")
 	require.NoError(t, err)
 	_, err = f.pod("b")
@@ -90,7 +90,7 @@ func TestGroupMemberSucceedingLeavesTheJobToTheOthers(t *testing.T) {
 	assert.Equal(t, slurm.StateRunning, f.jobState(id), "b still runs in the job")
 
 	b.Status.Phase = v1.PodSucceeded
-	require.NoError(t, f.kube.Status().Update(context.Background(), b))
+	require.NoError(t, f.Kube.Status().Update(context.Background(), b))
 	_, err = f.reconcile("b")
 	require.NoError(t, err)
 	assert.Equal(t, slurm.StateCancelled, f.jobState(id), "the last member to end releases the job")
@@ -101,7 +101,7 @@ func TestPendingGroupLosingAMemberIsLeftToTheScheduler(t *testing.T) {
 	gone := newPod("gone", "", v1.PodPending, "1")
 	f := newFixture(t, a)
 	id := f.submitGroup(a, gone)
-	f.poll()
+	f.Poll()
 
 	_, err := f.reconcile("gone")
 	require.NoError(t, err)
@@ -112,8 +112,8 @@ func TestPendingGroupLosingAMemberIsLeftToTheScheduler(t *testing.T) {
 	require.NoError(t, err, "the waiting member is kept")
 
 	// Once the job has started, a missing member ends the group.
-	require.NoError(t, f.slurm.Allocate(id, "n1", "n2"))
-	f.poll()
+	require.NoError(t, f.Slurm.Allocate(id, "n1", "n2"))
+	f.Poll()
 	_, err = f.reconcile("gone")
 	require.NoError(t, err)
 	assert.Equal(t, slurm.StateCancelled, f.jobState(id))

@@ -3,7 +3,6 @@ package pod
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,11 +13,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/kubeslurm/kubeslurm/pkg/controller/controllertest"
 	"github.com/kubeslurm/kubeslurm/pkg/slurm"
 	"github.com/kubeslurm/kubeslurm/pkg/slurm/slurmtest"
 	"github.com/kubeslurm/kubeslurm/pkg/slurmjob"
@@ -27,56 +26,37 @@ import (
 )
 
 type fixture struct {
-	t        *testing.T
-	slurm    *slurmtest.Fake
-	watcher  *slurm.Watcher
-	kube     client.Client
-	recorder *events.FakeRecorder
-	r        *Reconciler
+	*controllertest.Fixture
+	r *Reconciler
 }
 
+// newFixture has idle Slurm nodes n1 and n2 and the given objects.
 func newFixture(t *testing.T, objs ...client.Object) *fixture {
-	f := &fixture{t: t, slurm: slurmtest.New("n1", "n2"), recorder: events.NewFakeRecorder(100)}
-	f.kube = fake.NewClientBuilder().WithObjects(objs...).Build()
-	f.watcher = slurm.NewWatcher(f.slurm, time.Hour, time.Hour)
-	f.r = &Reconciler{Client: f.kube, APIReader: f.kube, Slurm: f.slurm, Watcher: f.watcher,
-		Recorder: f.recorder, SchedulerName: wellknown.SchedulerName, NotSyncedRetry: time.Second}
+	f := &fixture{Fixture: controllertest.New(t, slurmtest.New("n1", "n2"), fake.NewClientBuilder().WithObjects(objs...))}
+	f.r = &Reconciler{Client: f.Kube, APIReader: f.Kube, Slurm: f.Slurm, Watcher: f.Watcher,
+		Recorder: f.Recorder, SchedulerName: wellknown.SchedulerName, NotSyncedRetry: time.Second}
 	return f
 }
 
 func (f *fixture) submitFor(pod *v1.Pod) int32 {
-	job, err := f.slurm.Submit(context.Background(), slurmjob.JobSpec{Nodes: 1, CPUsPerNode: 1, Pods: []slurmjob.PodRef{slurmjob.RefOf(pod)}})
-	require.NoError(f.t, err)
+	job, err := f.Slurm.Submit(context.Background(), slurmjob.JobSpec{Nodes: 1, CPUsPerNode: 1, Pods: []slurmjob.PodRef{slurmjob.RefOf(pod)}})
+	require.NoError(f.T, err)
 	return job.ID
 }
-
-func (f *fixture) poll() { require.NoError(f.t, f.watcher.Poll(context.Background())) }
 
 func (f *fixture) reconcile(name string) (ctrl.Result, error) {
 	return f.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: name}})
 }
 
 func (f *fixture) jobState(id int32) string {
-	j, err := f.slurm.GetJob(context.Background(), id)
-	require.NoError(f.t, err)
+	j, err := f.Slurm.GetJob(context.Background(), id)
+	require.NoError(f.T, err)
 	return j.State
-}
-
-func (f *fixture) events() string {
-	var out []string
-	for {
-		select {
-		case e := <-f.recorder.Events:
-			out = append(out, e)
-		default:
-			return strings.Join(out, "\n")
-		}
-	}
 }
 
 func (f *fixture) pod(name string) (*v1.Pod, error) {
 	p := &v1.Pod{}
-	err := f.kube.Get(context.Background(), types.NamespacedName{Namespace: "default", Name: name}, p)
+	err := f.Kube.Get(context.Background(), types.NamespacedName{Namespace: "default", Name: name}, p)
 	return p, err
 }
 
@@ -96,24 +76,24 @@ func TestTerminalPodCancelsItsJob(t *testing.T) {
 	pod := newPod("p", "n1", v1.PodSucceeded, "1")
 	f := newFixture(t, pod)
 	id := f.submitFor(pod)
-	require.NoError(t, f.slurm.Allocate(id, "n1"))
+	require.NoError(t, f.Slurm.Allocate(id, "n1"))
 	waiting := f.submitFor(newPod("waiting", "", v1.PodPending, ""))
-	f.poll()
-	f.slurm.Requests()
+	f.Poll()
+	f.Slurm.Requests()
 
 	_, err := f.reconcile("p")
 	require.NoError(t, err)
 	assert.Equal(t, slurm.StateCancelled, f.jobState(id))
 	assert.Equal(t, slurm.StatePending, f.jobState(waiting))
-	assert.Equal(t, 1, f.slurm.Requests()["update"], "Slurm's scheduler is nudged to use the freed node now")
-	assert.Contains(t, f.events(), wellknown.EventSlurmJobReleased)
+	assert.Equal(t, 1, f.Slurm.Requests()["update"], "Slurm's scheduler is nudged to use the freed node now")
+	assert.Contains(t, f.Events(), wellknown.EventSlurmJobReleased)
 }
 
 func TestDeletedPodCancelsItsJob(t *testing.T) {
 	gone := newPod("gone", "n1", v1.PodRunning, "1")
 	f := newFixture(t)
 	id := f.submitFor(gone)
-	f.poll()
+	f.Poll()
 
 	_, err := f.reconcile("gone")
 	require.NoError(t, err)
@@ -127,7 +107,7 @@ func TestRecreatedPodCancelsTheOldPodsJob(t *testing.T) {
 	f := newFixture(t, current)
 	oldID := f.submitFor(old)
 	newID := f.submitFor(current)
-	f.poll()
+	f.Poll()
 
 	_, err := f.reconcile("p")
 	require.NoError(t, err)
@@ -139,14 +119,14 @@ func TestEndedJobEndsItsPod(t *testing.T) {
 	pod := newPod("p", "n1", v1.PodRunning, "1")
 	f := newFixture(t, pod)
 	id := f.submitFor(pod)
-	require.NoError(t, f.slurm.SetState(id, slurm.StateCancelled, "None"))
-	f.poll()
+	require.NoError(t, f.Slurm.SetState(id, slurm.StateCancelled, "None"))
+	f.Poll()
 
 	_, err := f.reconcile("p")
 	require.NoError(t, err)
 	_, err = f.pod("p")
 	assert.True(t, apierrors.IsNotFound(err), "pod deleted")
-	ev := f.events()
+	ev := f.Events()
 	assert.Contains(t, ev, wellknown.EventSlurmJobCancelled)
 	assert.Contains(t, ev, "CANCELLED")
 }
@@ -157,8 +137,8 @@ func TestReplacedJobDoesNotEndThePod(t *testing.T) {
 	first := f.submitFor(pod)
 	second := f.submitFor(pod)
 	require.Equal(t, int32(2), second)
-	require.NoError(t, f.slurm.SetState(first, slurm.StateCancelled, "None"))
-	f.poll()
+	require.NoError(t, f.Slurm.SetState(first, slurm.StateCancelled, "None"))
+	f.Poll()
 
 	_, err := f.reconcile("p")
 	require.NoError(t, err)
@@ -170,22 +150,22 @@ func TestJobStateIsWrittenOntoThePod(t *testing.T) {
 	pod := newPod("p", "", v1.PodPending, "1")
 	f := newFixture(t, pod)
 	id := f.submitFor(pod)
-	require.NoError(t, f.slurm.SetState(id, slurm.StatePending, "Priority"))
-	f.poll()
+	require.NoError(t, f.Slurm.SetState(id, slurm.StatePending, "Priority"))
+	f.Poll()
 	_, err := f.reconcile("p")
 	require.NoError(t, err)
 	got, _ := f.pod("p")
 	assert.Equal(t, "PENDING", got.Annotations[wellknown.JobStateAnnotation])
 	assert.Equal(t, "Priority", got.Annotations[wellknown.JobReasonAnnotation])
 
-	require.NoError(t, f.slurm.Allocate(id, "n2"))
-	f.poll()
+	require.NoError(t, f.Slurm.Allocate(id, "n2"))
+	f.Poll()
 	_, err = f.reconcile("p")
 	require.NoError(t, err)
 	got, _ = f.pod("p")
 	assert.Equal(t, "RUNNING", got.Annotations[wellknown.JobStateAnnotation])
 	assert.Equal(t, "n2", got.Annotations[wellknown.JobNodesAnnotation])
-	assert.Contains(t, f.events(), wellknown.EventSlurmJobAllocated)
+	assert.Contains(t, f.Events(), wellknown.EventSlurmJobAllocated)
 }
 
 func TestFailClosed(t *testing.T) {
@@ -200,16 +180,16 @@ func TestFailClosed(t *testing.T) {
 	assert.Equal(t, slurm.StatePending, f.jobState(id))
 
 	// Slurm unreachable: the cancel fails loudly and is retried; nothing is assumed.
-	f.poll()
-	f.slurm.FailWith = errors.New("connection refused")
+	f.Poll()
+	f.Slurm.FailWith = errors.New("connection refused")
 	_, err = f.reconcile("p")
 	assert.Error(t, err)
 
 	// A bound pod whose job cannot be read is not deleted.
 	bound := newPod("b", "n1", v1.PodRunning, "77")
 	f2 := newFixture(t, bound)
-	f2.poll()
-	f2.slurm.FailWith = errors.New("connection refused")
+	f2.Poll()
+	f2.Slurm.FailWith = errors.New("connection refused")
 	_, err = f2.reconcile("b")
 	assert.Error(t, err)
 	_, err = f2.pod("b")
@@ -219,7 +199,7 @@ func TestFailClosed(t *testing.T) {
 func TestBoundPodWhoseJobSlurmNoLongerHasIsEnded(t *testing.T) {
 	bound := newPod("b", "n1", v1.PodRunning, "77")
 	f := newFixture(t, bound)
-	f.poll()
+	f.Poll()
 	_, err := f.reconcile("b")
 	require.NoError(t, err)
 	_, err = f.pod("b")
@@ -230,8 +210,8 @@ func TestConditionsTellTheStory(t *testing.T) {
 	pod := newPod("p", "n1", v1.PodRunning, "1")
 	f := newFixture(t, pod)
 	id := f.submitFor(pod)
-	require.NoError(t, f.slurm.Allocate(id, "n1"))
-	f.poll()
+	require.NoError(t, f.Slurm.Allocate(id, "n1"))
+	f.Poll()
 	_, err := f.reconcile("p")
 	require.NoError(t, err)
 	got, _ := f.pod("p")
@@ -247,11 +227,11 @@ func TestConditionsTellTheStory(t *testing.T) {
 	got, _ = f.pod("p")
 	assert.Equal(t, rv, got.ResourceVersion)
 
-	require.NoError(t, f.slurm.SetState(id, slurm.StatePreempted, "None"))
-	f.poll()
+	require.NoError(t, f.Slurm.SetState(id, slurm.StatePreempted, "None"))
+	f.Poll()
 	_, err = f.reconcile("p")
 	require.NoError(t, err)
-	assert.Contains(t, f.events(), wellknown.EventSlurmJobPreempted)
+	assert.Contains(t, f.Events(), wellknown.EventSlurmJobPreempted)
 }
 
 func TestEvictionGuard(t *testing.T) {
@@ -262,19 +242,19 @@ func TestEvictionGuard(t *testing.T) {
 	f.r.EvictionGuard = true
 	for _, p := range []*v1.Pod{pod, free} {
 		id := f.submitFor(p)
-		require.NoError(t, f.slurm.Allocate(id, p.Spec.NodeName))
+		require.NoError(t, f.Slurm.Allocate(id, p.Spec.NodeName))
 	}
-	f.poll()
+	f.Poll()
 	for _, name := range []string{"p", "free"} {
 		_, err := f.reconcile(name)
 		require.NoError(t, err)
 	}
 	pdb := &policyv1.PodDisruptionBudget{}
-	require.NoError(t, f.kube.Get(context.Background(), types.NamespacedName{Namespace: "default", Name: "slurmjob-1"}, pdb))
+	require.NoError(t, f.Kube.Get(context.Background(), types.NamespacedName{Namespace: "default", Name: "slurmjob-1"}, pdb))
 	assert.Equal(t, int32(0), pdb.Spec.MaxUnavailable.IntVal)
 	assert.Equal(t, "1", pdb.Spec.Selector.MatchLabels[wellknown.JobIDLabel])
 	assert.Equal(t, pod.UID, pdb.OwnerReferences[0].UID)
-	err := f.kube.Get(context.Background(), types.NamespacedName{Namespace: "default", Name: "slurmjob-2"}, pdb)
+	err := f.Kube.Get(context.Background(), types.NamespacedName{Namespace: "default", Name: "slurmjob-2"}, pdb)
 	assert.True(t, apierrors.IsNotFound(err), "allow-eviction opts out")
 }
 
@@ -291,9 +271,9 @@ func TestNotReadyNodeReleasesItsPodsAfterGrace(t *testing.T) {
 	f := newFixture(t, node, healthy, stuck, fine)
 	f.r.now = func() time.Time { return now }
 	stuckJob, fineJob := f.submitFor(stuck), f.submitFor(fine)
-	require.NoError(t, f.slurm.Allocate(stuckJob, "n1"))
-	require.NoError(t, f.slurm.Allocate(fineJob, "n2"))
-	f.poll()
+	require.NoError(t, f.Slurm.Allocate(stuckJob, "n1"))
+	require.NoError(t, f.Slurm.Allocate(fineJob, "n2"))
+	f.Poll()
 
 	f.r.NotReadyGrace = 5 * time.Minute
 	res, err := f.reconcile("stuck")
@@ -307,7 +287,7 @@ func TestNotReadyNodeReleasesItsPodsAfterGrace(t *testing.T) {
 	assert.Equal(t, slurm.StateCancelled, f.jobState(stuckJob))
 	_, err = f.pod("stuck")
 	assert.True(t, apierrors.IsNotFound(err))
-	assert.Contains(t, f.events(), wellknown.EventNodeNotReady)
+	assert.Contains(t, f.Events(), wellknown.EventNodeNotReady)
 
 	_, err = f.reconcile("fine")
 	require.NoError(t, err)
@@ -321,19 +301,19 @@ func TestRequeuedJobEndsItsBoundPod(t *testing.T) {
 	waiting := newPod("w", "", v1.PodPending, "2")
 	f := newFixture(t, pod, waiting)
 	id := f.submitFor(pod)
-	require.NoError(t, f.slurm.Allocate(id, "n1"))
+	require.NoError(t, f.Slurm.Allocate(id, "n1"))
 	f.submitFor(waiting)
-	f.poll()
+	f.Poll()
 	_, err := f.reconcile("p")
 	require.NoError(t, err)
 
-	require.NoError(t, f.slurm.SetState(id, slurm.StatePending, "BeginTime"))
-	f.poll()
+	require.NoError(t, f.Slurm.SetState(id, slurm.StatePending, "BeginTime"))
+	f.Poll()
 	_, err = f.reconcile("p")
 	require.NoError(t, err)
 	_, err = f.pod("p")
 	assert.True(t, apierrors.IsNotFound(err), "a bound pod whose job was requeued ends")
-	assert.Contains(t, f.events(), wellknown.EventSlurmJobRequeued)
+	assert.Contains(t, f.Events(), wellknown.EventSlurmJobRequeued)
 
 	_, err = f.reconcile("w")
 	require.NoError(t, err)
@@ -347,8 +327,8 @@ func TestRunningPodAnnotatedWithItsNodesBlock(t *testing.T) {
 	f := newFixture(t, pod, n1)
 	f.r.Topology = &topology.Config{Name: "kubeslurm", LabelKeys: []string{"nvidia.com/gpu.clique"}, DefaultBlock: "unlabelled"}
 	id := f.submitFor(pod)
-	require.NoError(t, f.slurm.Allocate(id, "n1"))
-	f.poll()
+	require.NoError(t, f.Slurm.Allocate(id, "n1"))
+	f.Poll()
 
 	_, err := f.reconcile("p")
 	require.NoError(t, err)
@@ -361,8 +341,8 @@ func TestNoBlockAnnotationWithTopologyOff(t *testing.T) {
 	pod := newPod("p", "n1", v1.PodRunning, "1")
 	f := newFixture(t, pod, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
 	id := f.submitFor(pod)
-	require.NoError(t, f.slurm.Allocate(id, "n1"))
-	f.poll()
+	require.NoError(t, f.Slurm.Allocate(id, "n1"))
+	f.Poll()
 
 	_, err := f.reconcile("p")
 	require.NoError(t, err)
@@ -375,11 +355,11 @@ func TestNoBlockAnnotationWithTopologyOff(t *testing.T) {
 func TestGPUIndicesAreWrittenOntoThePod(t *testing.T) {
 	pod := newPod("p", "n1", v1.PodRunning, "1")
 	f := newFixture(t, pod)
-	job, err := f.slurm.Submit(context.Background(), slurmjob.JobSpec{Nodes: 1, CPUsPerNode: 1, GPUsPerNode: 2, Pods: []slurmjob.PodRef{slurmjob.RefOf(pod)}})
+	job, err := f.Slurm.Submit(context.Background(), slurmjob.JobSpec{Nodes: 1, CPUsPerNode: 1, GPUsPerNode: 2, Pods: []slurmjob.PodRef{slurmjob.RefOf(pod)}})
 	require.NoError(t, err)
-	require.NoError(t, f.slurm.Allocate(job.ID, "n1"))
-	require.NoError(t, f.slurm.SetGRESDetail(job.ID, "gpu:2(IDX:1,3)"))
-	f.poll()
+	require.NoError(t, f.Slurm.Allocate(job.ID, "n1"))
+	require.NoError(t, f.Slurm.SetGRESDetail(job.ID, "gpu:2(IDX:1,3)"))
+	f.Poll()
 	_, err = f.reconcile("p")
 	require.NoError(t, err)
 	got, _ := f.pod("p")
@@ -393,11 +373,11 @@ func TestGPUIndicesAreWrittenOntoThePod(t *testing.T) {
 func TestGPUsWithoutIndicesAreAnActionableError(t *testing.T) {
 	pod := newPod("p", "n1", v1.PodRunning, "1")
 	f := newFixture(t, pod)
-	job, err := f.slurm.Submit(context.Background(), slurmjob.JobSpec{Nodes: 1, CPUsPerNode: 1, GPUsPerNode: 2, Pods: []slurmjob.PodRef{slurmjob.RefOf(pod)}})
+	job, err := f.Slurm.Submit(context.Background(), slurmjob.JobSpec{Nodes: 1, CPUsPerNode: 1, GPUsPerNode: 2, Pods: []slurmjob.PodRef{slurmjob.RefOf(pod)}})
 	require.NoError(t, err)
-	require.NoError(t, f.slurm.Allocate(job.ID, "n1"))
-	require.NoError(t, f.slurm.SetGRESDetail(job.ID, "gpu:2")) // count-only GRES
-	f.poll()
+	require.NoError(t, f.Slurm.Allocate(job.ID, "n1"))
+	require.NoError(t, f.Slurm.SetGRESDetail(job.ID, "gpu:2")) // count-only GRES
+	f.Poll()
 	_, err = f.reconcile("p")
 	require.NoError(t, err)
 	got, _ := f.pod("p")
@@ -407,12 +387,12 @@ func TestGPUsWithoutIndicesAreAnActionableError(t *testing.T) {
 	assert.Equal(t, v1.ConditionTrue, c.Status, "the job does hold its node")
 	assert.Equal(t, wellknown.EventSlurmGPUIndicesMissing, c.Reason)
 	assert.Contains(t, c.Message, "configure File= for the GPUs in the node's gres.conf")
-	ev := f.events()
+	ev := f.Events()
 	assert.Contains(t, ev, wellknown.EventSlurmGPUIndicesMissing)
 	assert.Contains(t, ev, "Slurm job")
 
 	// The event is not repeated while nothing changes.
 	_, err = f.reconcile("p")
 	require.NoError(t, err)
-	assert.NotContains(t, f.events(), wellknown.EventSlurmGPUIndicesMissing)
+	assert.NotContains(t, f.Events(), wellknown.EventSlurmGPUIndicesMissing)
 }

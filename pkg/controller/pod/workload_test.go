@@ -2,9 +2,7 @@ package pod
 
 import (
 	"context"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,12 +11,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	spv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
+	"github.com/kubeslurm/kubeslurm/pkg/controller/controllertest"
 	"github.com/kubeslurm/kubeslurm/pkg/slurm"
 	"github.com/kubeslurm/kubeslurm/pkg/slurm/slurmtest"
 	"github.com/kubeslurm/kubeslurm/pkg/slurmjob"
@@ -51,18 +49,15 @@ func TestWorkloadStatusWritesTheGroupsJobOntoItsPodGroup(t *testing.T) {
 	require.NoError(t, spv1alpha1.AddToScheme(scheme))
 	pg := &spv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "g"}, Spec: spv1alpha1.PodGroupSpec{MinMember: 2}}
 	a, b := newPod("a", "n1", v1.PodRunning, "1"), newPod("b", "n2", v1.PodPending, "1")
-	kube := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pg, a, b).WithStatusSubresource(pg).Build()
-	sl := slurmtest.New("n1", "n2")
-	job, err := sl.Submit(context.Background(), slurmjob.JobSpec{Nodes: 2, CPUsPerNode: 1, Group: "PodGroup/default/g",
+	f := controllertest.New(t, slurmtest.New("n1", "n2"), fake.NewClientBuilder().WithScheme(scheme).WithObjects(pg, a, b).WithStatusSubresource(pg))
+	job, err := f.Slurm.Submit(context.Background(), slurmjob.JobSpec{Nodes: 2, CPUsPerNode: 1, Group: "PodGroup/default/g",
 		Pods: []slurmjob.PodRef{slurmjob.RefOf(a), slurmjob.RefOf(b)}})
 	require.NoError(t, err)
-	w := slurm.NewWatcher(sl, time.Hour, time.Hour)
-	recorder := events.NewFakeRecorder(10)
-	ws := &WorkloadStatus{Client: kube, Watcher: w, Recorder: recorder}
+	ws := &WorkloadStatus{Client: f.Kube, Watcher: f.Watcher, Recorder: f.Recorder}
 	req := ctrl.Request{NamespacedName: types.NamespacedName{Name: "PodGroup/default/g"}}
 	get := func() *spv1alpha1.PodGroup {
 		out := &spv1alpha1.PodGroup{}
-		require.NoError(t, kube.Get(context.Background(), types.NamespacedName{Namespace: "default", Name: "g"}, out))
+		require.NoError(t, f.Kube.Get(context.Background(), types.NamespacedName{Namespace: "default", Name: "g"}, out))
 		return out
 	}
 
@@ -71,25 +66,21 @@ func TestWorkloadStatusWritesTheGroupsJobOntoItsPodGroup(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, get().Annotations)
 
-	require.NoError(t, w.Poll(context.Background()))
+	f.Poll()
 	_, err = ws.Reconcile(context.Background(), req)
 	require.NoError(t, err)
 	assert.Equal(t, spv1alpha1.PodGroupPending, get().Status.Phase)
 	assert.Equal(t, "1", get().Annotations[wellknown.JobIDLabel])
 
-	require.NoError(t, sl.Allocate(job.ID, "n1", "n2"))
-	require.NoError(t, w.Poll(context.Background()))
+	require.NoError(t, f.Slurm.Allocate(job.ID, "n1", "n2"))
+	f.Poll()
 	_, err = ws.Reconcile(context.Background(), req)
 	require.NoError(t, err)
 	got := get()
 	assert.Equal(t, spv1alpha1.PodGroupScheduling, got.Status.Phase, "allocated, one member not running yet")
 	assert.Equal(t, int32(1), got.Status.Running)
 	assert.Equal(t, "n1,n2", got.Annotations[wellknown.JobNodesAnnotation])
-	var seen []string
-	for len(recorder.Events) > 0 {
-		seen = append(seen, <-recorder.Events)
-	}
-	assert.Contains(t, strings.Join(seen, "\n"), wellknown.EventSlurmJobAllocated, "events on the PodGroup")
+	assert.Contains(t, f.Events(), wellknown.EventSlurmJobAllocated, "events on the PodGroup")
 }
 
 func TestMemberChangeQueuesItsGroup(t *testing.T) {

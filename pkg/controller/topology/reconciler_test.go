@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
@@ -13,11 +12,11 @@ import (
 	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/kubeslurm/kubeslurm/pkg/controller/controllertest"
 	"github.com/kubeslurm/kubeslurm/pkg/slurm"
 	"github.com/kubeslurm/kubeslurm/pkg/topology"
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
@@ -72,39 +71,25 @@ func node(name, block string) *v1.Node {
 }
 
 type fixture struct {
-	slurm    *fakeSlurm
-	kube     client.Client
-	recorder *events.FakeRecorder
-	r        *Reconciler
-	file     string
+	controllertest.API
+	slurm *fakeSlurm
+	r     *Reconciler
+	file  string
 }
 
 func newFixture(t *testing.T, slurmNodes []string, objs ...client.Object) *fixture {
-	f := &fixture{slurm: &fakeSlurm{synced: true, nodes: map[string]slurm.Node{}}, recorder: events.NewFakeRecorder(100)}
+	f := &fixture{API: controllertest.NewAPI(fake.NewClientBuilder().WithObjects(objs...)), slurm: &fakeSlurm{synced: true, nodes: map[string]slurm.Node{}}}
 	for _, n := range slurmNodes {
 		f.slurm.nodes[n] = slurm.Node{Name: n}
 	}
-	f.kube = fake.NewClientBuilder().WithObjects(objs...).Build()
 	f.file = filepath.Join(t.TempDir(), "topology.yaml")
-	f.r = &Reconciler{Client: f.kube, Slurm: f.slurm, Nodes: f.slurm, Recorder: f.recorder, File: f.file,
+	f.r = &Reconciler{Client: f.Kube, Slurm: f.slurm, Nodes: f.slurm, Recorder: f.Recorder, File: f.file,
 		Config: topology.Config{Name: "kubeslurm", LabelKeys: []string{clique}, Annotation: wellknown.TopologyBlockAnnotation, DefaultBlock: "unlabelled", BlockSizes: []int{4}}}
 	return f
 }
 
 func (f *fixture) reconcile(t *testing.T) (ctrl.Result, error) {
 	return f.r.Reconcile(context.Background(), request)
-}
-
-func (f *fixture) events() string {
-	var out []string
-	for {
-		select {
-		case e := <-f.recorder.Events:
-			out = append(out, e)
-		default:
-			return strings.Join(out, "\n")
-		}
-	}
 }
 
 func TestWritesFileAndReconfiguresOnlyOnChange(t *testing.T) {
@@ -117,7 +102,7 @@ func TestWritesFileAndReconfiguresOnlyOnChange(t *testing.T) {
 	assert.Contains(t, string(content), "- block: b\n        nodes: n2\n")
 	assert.Contains(t, string(content), "- block: unlabelled\n        nodes: login\n", "a Slurm-only node is in the default block")
 	assert.Equal(t, 1, f.slurm.reconfigures)
-	assert.Contains(t, f.events(), "TopologyBlockChanged in Slurm block a")
+	assert.Contains(t, f.Events(), "TopologyBlockChanged in Slurm block a")
 
 	// Nothing changed: no write, no reconfigure.
 	_, err = f.reconcile(t)
@@ -127,15 +112,15 @@ func TestWritesFileAndReconfiguresOnlyOnChange(t *testing.T) {
 	// Relabel n2: one reconfigure, and the node is told it moved.
 	f.r.MinReconfigureInterval = 0
 	var n2 v1.Node
-	require.NoError(t, f.kube.Get(context.Background(), client.ObjectKey{Name: "n2"}, &n2))
+	require.NoError(t, f.Kube.Get(context.Background(), client.ObjectKey{Name: "n2"}, &n2))
 	n2.Labels[clique] = "a"
-	require.NoError(t, f.kube.Update(context.Background(), &n2))
+	require.NoError(t, f.Kube.Update(context.Background(), &n2))
 	_, err = f.reconcile(t)
 	require.NoError(t, err)
 	assert.Equal(t, 2, f.slurm.reconfigures)
 	content, _ = os.ReadFile(f.file)
 	assert.Contains(t, string(content), "- block: a\n        nodes: n1,n2\n")
-	assert.Contains(t, f.events(), "moved from Slurm block b to a")
+	assert.Contains(t, f.Events(), "moved from Slurm block b to a")
 }
 
 func TestReconfigureFailureIsRetried(t *testing.T) {
@@ -181,7 +166,7 @@ func TestNodeOwnTopologyBroughtToItsBlock(t *testing.T) {
 	_, err := f.reconcile(t)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"n1=kubeslurm:a"}, f.slurm.sets, "only the node whose own setting differs")
-	assert.Contains(t, f.events(), "Slurm node's own topology kubeslurm:b replaced by kubeslurm:a")
+	assert.Contains(t, f.Events(), "Slurm node's own topology kubeslurm:b replaced by kubeslurm:a")
 }
 
 func TestInvalidBlockNameToldOnce(t *testing.T) {
@@ -190,13 +175,13 @@ func TestInvalidBlockNameToldOnce(t *testing.T) {
 	f := newFixture(t, []string{"n1"}, bad)
 	_, err := f.reconcile(t)
 	require.NoError(t, err)
-	ev := f.events()
+	ev := f.Events()
 	assert.Contains(t, ev, "Warning InvalidTopologyBlock")
 	assert.Contains(t, ev, "the node is in block unlabelled")
 	f.r.MinReconfigureInterval = 0
 	_, err = f.reconcile(t)
 	require.NoError(t, err)
-	assert.NotContains(t, f.events(), "InvalidTopologyBlock")
+	assert.NotContains(t, f.Events(), "InvalidTopologyBlock")
 }
 
 func TestBlockNamedByANodeSettingKeptUntilTheSettingMoves(t *testing.T) {
