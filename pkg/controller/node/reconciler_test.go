@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	"github.com/kubeslurm/kubeslurm/pkg/slurm"
 	"github.com/kubeslurm/kubeslurm/pkg/controller/controllertest"
+	"github.com/kubeslurm/kubeslurm/pkg/slurm"
 	"github.com/kubeslurm/kubeslurm/pkg/slurm/slurmtest"
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
