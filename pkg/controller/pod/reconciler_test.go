@@ -38,10 +38,27 @@ func newFixture(t *testing.T, objs ...client.Object) *fixture {
 	return f
 }
 
-func (f *fixture) submitFor(pod *v1.Pod) int32 {
-	job, err := f.Slurm.Submit(context.Background(), slurmjob.JobSpec{Nodes: 1, CPUsPerNode: 1, Pods: []slurmjob.PodRef{slurmjob.RefOf(pod)}})
+func (f *fixture) submitFor(pod *v1.Pod) int32 { return f.submitWithGPUs(pod, 0) }
+
+// runJobFor submits pod's job and has Slurm start it on the pod's node.
+func (f *fixture) runJobFor(pod *v1.Pod) int32 {
+	id := f.submitFor(pod)
+	require.NoError(f.T, f.Slurm.Allocate(id, pod.Spec.NodeName))
+	return id
+}
+
+func (f *fixture) submitWithGPUs(pod *v1.Pod, gpus int64) int32 {
+	job, err := f.Slurm.Submit(context.Background(), slurmjob.JobSpec{Nodes: 1, CPUsPerNode: 1, GPUsPerNode: gpus, Pods: []slurmjob.PodRef{slurmjob.RefOf(pod)}})
 	require.NoError(f.T, err)
 	return job.ID
+}
+
+// runGPUJob runs a 2-GPU job for pod on its node, with the GRES detail Slurm reports for it.
+func (f *fixture) runGPUJob(pod *v1.Pod, gresDetail string) {
+	id := f.submitWithGPUs(pod, 2)
+	require.NoError(f.T, f.Slurm.Allocate(id, pod.Spec.NodeName))
+	require.NoError(f.T, f.Slurm.SetGRESDetail(id, gresDetail))
+	f.Poll()
 }
 
 func (f *fixture) reconcile(name string) (ctrl.Result, error) {
@@ -75,8 +92,7 @@ func newPod(name, node string, phase v1.PodPhase, jobID string) *v1.Pod {
 func TestTerminalPodCancelsItsJob(t *testing.T) {
 	pod := newPod("p", "n1", v1.PodSucceeded, "1")
 	f := newFixture(t, pod)
-	id := f.submitFor(pod)
-	require.NoError(t, f.Slurm.Allocate(id, "n1"))
+	id := f.runJobFor(pod)
 	waiting := f.submitFor(newPod("waiting", "", v1.PodPending, ""))
 	f.Poll()
 	f.Slurm.Requests()
@@ -209,8 +225,7 @@ func TestBoundPodWhoseJobSlurmNoLongerHasIsEnded(t *testing.T) {
 func TestConditionsTellTheStory(t *testing.T) {
 	pod := newPod("p", "n1", v1.PodRunning, "1")
 	f := newFixture(t, pod)
-	id := f.submitFor(pod)
-	require.NoError(t, f.Slurm.Allocate(id, "n1"))
+	id := f.runJobFor(pod)
 	f.Poll()
 	_, err := f.reconcile("p")
 	require.NoError(t, err)
@@ -241,8 +256,7 @@ func TestEvictionGuard(t *testing.T) {
 	f := newFixture(t, pod, free)
 	f.r.EvictionGuard = true
 	for _, p := range []*v1.Pod{pod, free} {
-		id := f.submitFor(p)
-		require.NoError(t, f.Slurm.Allocate(id, p.Spec.NodeName))
+		f.runJobFor(p)
 	}
 	f.Poll()
 	for _, name := range []string{"p", "free"} {
@@ -270,9 +284,7 @@ func TestNotReadyNodeReleasesItsPodsAfterGrace(t *testing.T) {
 	fine := newPod("fine", "n2", v1.PodRunning, "2")
 	f := newFixture(t, node, healthy, stuck, fine)
 	f.r.now = func() time.Time { return now }
-	stuckJob, fineJob := f.submitFor(stuck), f.submitFor(fine)
-	require.NoError(t, f.Slurm.Allocate(stuckJob, "n1"))
-	require.NoError(t, f.Slurm.Allocate(fineJob, "n2"))
+	stuckJob, fineJob := f.runJobFor(stuck), f.runJobFor(fine)
 	f.Poll()
 
 	f.r.NotReadyGrace = 5 * time.Minute
@@ -300,8 +312,7 @@ func TestRequeuedJobEndsItsBoundPod(t *testing.T) {
 	pod := newPod("p", "n1", v1.PodRunning, "1")
 	waiting := newPod("w", "", v1.PodPending, "2")
 	f := newFixture(t, pod, waiting)
-	id := f.submitFor(pod)
-	require.NoError(t, f.Slurm.Allocate(id, "n1"))
+	id := f.runJobFor(pod)
 	f.submitFor(waiting)
 	f.Poll()
 	_, err := f.reconcile("p")
@@ -322,45 +333,42 @@ func TestRequeuedJobEndsItsBoundPod(t *testing.T) {
 }
 
 func TestRunningPodAnnotatedWithItsNodesBlock(t *testing.T) {
-	pod := newPod("p", "n1", v1.PodRunning, "1")
-	n1 := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"nvidia.com/gpu.clique": "c7"}}}
-	f := newFixture(t, pod, n1)
-	f.r.Topology = &topology.Config{Name: "kubeslurm", LabelKeys: []string{"nvidia.com/gpu.clique"}, DefaultBlock: "unlabelled"}
-	id := f.submitFor(pod)
-	require.NoError(t, f.Slurm.Allocate(id, "n1"))
-	f.Poll()
+	for _, tc := range []struct {
+		name     string
+		topology *topology.Config
+		want     string // "": no annotation
+	}{
+		{name: "topology on: the node's block", want: "c7",
+			topology: &topology.Config{Name: "kubeslurm", LabelKeys: []string{"nvidia.com/gpu.clique"}, DefaultBlock: "unlabelled"}},
+		{name: "topology off: none, labelled node or not"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := newPod("p", "n1", v1.PodRunning, "1")
+			n1 := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"nvidia.com/gpu.clique": "c7"}}}
+			f := newFixture(t, pod, n1)
+			f.r.Topology = tc.topology
+			f.runJobFor(pod)
+			f.Poll()
 
-	_, err := f.reconcile("p")
-	require.NoError(t, err)
-	got, err := f.pod("p")
-	require.NoError(t, err)
-	assert.Equal(t, "c7", got.Annotations[wellknown.TopologyBlockAnnotation])
-}
-
-func TestNoBlockAnnotationWithTopologyOff(t *testing.T) {
-	pod := newPod("p", "n1", v1.PodRunning, "1")
-	f := newFixture(t, pod, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-	id := f.submitFor(pod)
-	require.NoError(t, f.Slurm.Allocate(id, "n1"))
-	f.Poll()
-
-	_, err := f.reconcile("p")
-	require.NoError(t, err)
-	got, err := f.pod("p")
-	require.NoError(t, err)
-	assert.Equal(t, slurm.StateRunning, got.Annotations[wellknown.JobStateAnnotation])
-	assert.NotContains(t, got.Annotations, wellknown.TopologyBlockAnnotation)
+			_, err := f.reconcile("p")
+			require.NoError(t, err)
+			got, err := f.pod("p")
+			require.NoError(t, err)
+			assert.Equal(t, slurm.StateRunning, got.Annotations[wellknown.JobStateAnnotation])
+			if tc.want == "" {
+				assert.NotContains(t, got.Annotations, wellknown.TopologyBlockAnnotation)
+			} else {
+				assert.Equal(t, tc.want, got.Annotations[wellknown.TopologyBlockAnnotation])
+			}
+		})
+	}
 }
 
 func TestGPUIndicesAreWrittenOntoThePod(t *testing.T) {
 	pod := newPod("p", "n1", v1.PodRunning, "1")
 	f := newFixture(t, pod)
-	job, err := f.Slurm.Submit(context.Background(), slurmjob.JobSpec{Nodes: 1, CPUsPerNode: 1, GPUsPerNode: 2, Pods: []slurmjob.PodRef{slurmjob.RefOf(pod)}})
-	require.NoError(t, err)
-	require.NoError(t, f.Slurm.Allocate(job.ID, "n1"))
-	require.NoError(t, f.Slurm.SetGRESDetail(job.ID, "gpu:2(IDX:1,3)"))
-	f.Poll()
-	_, err = f.reconcile("p")
+	f.runGPUJob(pod, "gpu:2(IDX:1,3)")
+	_, err := f.reconcile("p")
 	require.NoError(t, err)
 	got, _ := f.pod("p")
 	assert.Equal(t, "1,3", got.Annotations[wellknown.GPUIndicesAnnotation])
@@ -373,12 +381,8 @@ func TestGPUIndicesAreWrittenOntoThePod(t *testing.T) {
 func TestGPUsWithoutIndicesAreAnActionableError(t *testing.T) {
 	pod := newPod("p", "n1", v1.PodRunning, "1")
 	f := newFixture(t, pod)
-	job, err := f.Slurm.Submit(context.Background(), slurmjob.JobSpec{Nodes: 1, CPUsPerNode: 1, GPUsPerNode: 2, Pods: []slurmjob.PodRef{slurmjob.RefOf(pod)}})
-	require.NoError(t, err)
-	require.NoError(t, f.Slurm.Allocate(job.ID, "n1"))
-	require.NoError(t, f.Slurm.SetGRESDetail(job.ID, "gpu:2")) // count-only GRES
-	f.Poll()
-	_, err = f.reconcile("p")
+	f.runGPUJob(pod, "gpu:2") // count-only GRES
+	_, err := f.reconcile("p")
 	require.NoError(t, err)
 	got, _ := f.pod("p")
 	assert.NotContains(t, got.Annotations, wellknown.GPUIndicesAnnotation)
