@@ -75,9 +75,7 @@ func TestGroupMemberFailingEndsTheGroup(t *testing.T) {
 	assert.Contains(t, ev, wellknown.EventSlurmJobReleased)
 
 	// b then ends because its job did.
-	f.Poll()
-	_, err = f.reconcile("b")
-	require.NoError(t, err)
+	f.sync("b")
 	_, err = f.pod("b")
 	assert.True(t, apierrors.IsNotFound(err), "the rest of the group ends with the job")
 }
@@ -101,20 +99,16 @@ func TestPendingGroupLosingAMemberIsLeftToTheScheduler(t *testing.T) {
 	gone := newPod("gone", "", v1.PodPending, "1")
 	f := newFixture(t, a)
 	id := f.submitGroup(a, gone)
-	f.Poll()
 
-	_, err := f.reconcile("gone")
-	require.NoError(t, err)
+	f.sync("gone")
 	assert.Equal(t, slurm.StatePending, f.jobState(id), "the scheduler resubmits once the group is whole again")
-	_, err = f.reconcile("a")
+	_, err := f.reconcile("a")
 	require.NoError(t, err)
 	_, err = f.pod("a")
 	require.NoError(t, err, "the waiting member is kept")
 
 	// Once the job has started, a missing member ends the group.
 	require.NoError(t, f.Slurm.Allocate(id, "n1", "n2"))
-	f.Poll()
-	_, err = f.reconcile("gone")
-	require.NoError(t, err)
+	f.sync("gone")
 	assert.Equal(t, slurm.StateCancelled, f.jobState(id))
 }

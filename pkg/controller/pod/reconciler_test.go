@@ -61,6 +61,13 @@ func (f *fixture) runGPUJob(pod *v1.Pod, gresDetail string) {
 	f.Poll()
 }
 
+// sync polls Slurm and reconciles the pod, as the watcher's change would.
+func (f *fixture) sync(name string) {
+	f.Poll()
+	_, err := f.reconcile(name)
+	require.NoError(f.T, err)
+}
+
 func (f *fixture) reconcile(name string) (ctrl.Result, error) {
 	return f.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: name}})
 }
@@ -109,10 +116,8 @@ func TestDeletedPodCancelsItsJob(t *testing.T) {
 	gone := newPod("gone", "n1", v1.PodRunning, "1")
 	f := newFixture(t)
 	id := f.submitFor(gone)
-	f.Poll()
 
-	_, err := f.reconcile("gone")
-	require.NoError(t, err)
+	f.sync("gone")
 	assert.Equal(t, slurm.StateCancelled, f.jobState(id))
 }
 
@@ -123,10 +128,8 @@ func TestRecreatedPodCancelsTheOldPodsJob(t *testing.T) {
 	f := newFixture(t, current)
 	oldID := f.submitFor(old)
 	newID := f.submitFor(current)
-	f.Poll()
 
-	_, err := f.reconcile("p")
-	require.NoError(t, err)
+	f.sync("p")
 	assert.Equal(t, slurm.StateCancelled, f.jobState(oldID))
 	assert.Equal(t, slurm.StatePending, f.jobState(newID))
 }
@@ -136,11 +139,9 @@ func TestEndedJobEndsItsPod(t *testing.T) {
 	f := newFixture(t, pod)
 	id := f.submitFor(pod)
 	require.NoError(t, f.Slurm.SetState(id, slurm.StateCancelled, "None"))
-	f.Poll()
 
-	_, err := f.reconcile("p")
-	require.NoError(t, err)
-	_, err = f.pod("p")
+	f.sync("p")
+	_, err := f.pod("p")
 	assert.True(t, apierrors.IsNotFound(err), "pod deleted")
 	ev := f.Events()
 	assert.Contains(t, ev, wellknown.EventSlurmJobCancelled)
@@ -154,11 +155,9 @@ func TestReplacedJobDoesNotEndThePod(t *testing.T) {
 	second := f.submitFor(pod)
 	require.Equal(t, int32(2), second)
 	require.NoError(t, f.Slurm.SetState(first, slurm.StateCancelled, "None"))
-	f.Poll()
 
-	_, err := f.reconcile("p")
-	require.NoError(t, err)
-	_, err = f.pod("p")
+	f.sync("p")
+	_, err := f.pod("p")
 	assert.NoError(t, err, "the pod names job 2; job 1's end is not its end")
 }
 
@@ -167,17 +166,13 @@ func TestJobStateIsWrittenOntoThePod(t *testing.T) {
 	f := newFixture(t, pod)
 	id := f.submitFor(pod)
 	require.NoError(t, f.Slurm.SetState(id, slurm.StatePending, "Priority"))
-	f.Poll()
-	_, err := f.reconcile("p")
-	require.NoError(t, err)
+	f.sync("p")
 	got, _ := f.pod("p")
 	assert.Equal(t, "PENDING", got.Annotations[wellknown.JobStateAnnotation])
 	assert.Equal(t, "Priority", got.Annotations[wellknown.JobReasonAnnotation])
 
 	require.NoError(t, f.Slurm.Allocate(id, "n2"))
-	f.Poll()
-	_, err = f.reconcile("p")
-	require.NoError(t, err)
+	f.sync("p")
 	got, _ = f.pod("p")
 	assert.Equal(t, "RUNNING", got.Annotations[wellknown.JobStateAnnotation])
 	assert.Equal(t, "n2", got.Annotations[wellknown.JobNodesAnnotation])
@@ -215,10 +210,8 @@ func TestFailClosed(t *testing.T) {
 func TestBoundPodWhoseJobSlurmNoLongerHasIsEnded(t *testing.T) {
 	bound := newPod("b", "n1", v1.PodRunning, "77")
 	f := newFixture(t, bound)
-	f.Poll()
-	_, err := f.reconcile("b")
-	require.NoError(t, err)
-	_, err = f.pod("b")
+	f.sync("b")
+	_, err := f.pod("b")
 	assert.True(t, apierrors.IsNotFound(err))
 }
 
@@ -226,9 +219,7 @@ func TestConditionsTellTheStory(t *testing.T) {
 	pod := newPod("p", "n1", v1.PodRunning, "1")
 	f := newFixture(t, pod)
 	id := f.runJobFor(pod)
-	f.Poll()
-	_, err := f.reconcile("p")
-	require.NoError(t, err)
+	f.sync("p")
 	got, _ := f.pod("p")
 	c := podCondition(got, wellknown.SlurmJobCondition)
 	require.NotNil(t, c)
@@ -237,15 +228,13 @@ func TestConditionsTellTheStory(t *testing.T) {
 
 	// Reconciling again writes nothing new.
 	rv := got.ResourceVersion
-	_, err = f.reconcile("p")
+	_, err := f.reconcile("p")
 	require.NoError(t, err)
 	got, _ = f.pod("p")
 	assert.Equal(t, rv, got.ResourceVersion)
 
 	require.NoError(t, f.Slurm.SetState(id, slurm.StatePreempted, "None"))
-	f.Poll()
-	_, err = f.reconcile("p")
-	require.NoError(t, err)
+	f.sync("p")
 	assert.Contains(t, f.Events(), wellknown.EventSlurmJobPreempted)
 }
 
@@ -314,15 +303,11 @@ func TestRequeuedJobEndsItsBoundPod(t *testing.T) {
 	f := newFixture(t, pod, waiting)
 	id := f.runJobFor(pod)
 	f.submitFor(waiting)
-	f.Poll()
-	_, err := f.reconcile("p")
-	require.NoError(t, err)
 
+	f.sync("p")
 	require.NoError(t, f.Slurm.SetState(id, slurm.StatePending, "BeginTime"))
-	f.Poll()
-	_, err = f.reconcile("p")
-	require.NoError(t, err)
-	_, err = f.pod("p")
+	f.sync("p")
+	_, err := f.pod("p")
 	assert.True(t, apierrors.IsNotFound(err), "a bound pod whose job was requeued ends")
 	assert.Contains(t, f.Events(), wellknown.EventSlurmJobRequeued)
 
@@ -348,10 +333,8 @@ func TestRunningPodAnnotatedWithItsNodesBlock(t *testing.T) {
 			f := newFixture(t, pod, n1)
 			f.r.Topology = tc.topology
 			f.runJobFor(pod)
-			f.Poll()
 
-			_, err := f.reconcile("p")
-			require.NoError(t, err)
+			f.sync("p")
 			got, err := f.pod("p")
 			require.NoError(t, err)
 			assert.Equal(t, slurm.StateRunning, got.Annotations[wellknown.JobStateAnnotation])
