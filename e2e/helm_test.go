@@ -146,7 +146,8 @@ func podReady(p *v1.Pod) bool {
 	return false
 }
 
-// startPodRunner runs bin/kubeslurm-podrunner for the test (log in .local/logs/podrunner.log)
+// startPodRunner runs bin/kubeslurm-podrunner for the test (log in .local/logs/podrunner.log;
+// its containers log to .local/podrunner/logs/; Slurm images run in .local/slurm-root)
 // and stops it at the end, which also removes its node.
 func startPodRunner(t *testing.T) {
 	t.Helper()
@@ -155,7 +156,7 @@ func startPodRunner(t *testing.T) {
 	require.NoError(t, err)
 	cmd := exec.Command(filepath.Join(repoRoot, "bin", "kubeslurm-podrunner"),
 		"--kubeconfig", filepath.Join(runDir, "admin.kubeconfig"), "--node-name", runnerNode,
-		"--state-dir", filepath.Join(runDir, "podrunner"))
+		"--state-dir", filepath.Join(runDir, "podrunner"), "--slurm-root", filepath.Join(runDir, "slurm-root"))
 	cmd.Stdout, cmd.Stderr = log, log
 	require.NoError(t, cmd.Start())
 	exited := make(chan error, 1)

@@ -245,6 +245,8 @@ const (
 	ConditionConfigValid = "ConfigValid"
 	// ConditionKeysReady: the auth/slurm and auth/jwt keys exist.
 	ConditionKeysReady = "KeysReady"
+	// ConditionControllerReady: the slurmctld pod is running and accepts connections.
+	ConditionControllerReady = "ControllerReady"
 )
 
 // NodeStateSummary counts the cluster's Slurm nodes by state.
@@ -261,7 +263,7 @@ type SlurmClusterStatus struct {
 	// ObservedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: ConfigValid, KeysReady.
+	// Conditions: ConfigValid, KeysReady, ControllerReady.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -298,6 +300,7 @@ type SlurmClusterStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=slurm
 // +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.clusterName`,priority=1
+// +kubebuilder:printcolumn:name="Controller",type=string,JSONPath=`.status.conditions[?(@.type=="ControllerReady")].status`
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyWorkers`
 // +kubebuilder:printcolumn:name="Workers",type=integer,JSONPath=`.status.desiredWorkers`
 // +kubebuilder:printcolumn:name="Nodes",type=string,JSONPath=`.status.nodeSummary`

@@ -4,6 +4,8 @@ package wellknown
 const (
 	// SlurmClusterLabel names the SlurmCluster on the Secrets and ConfigMap made for it.
 	SlurmClusterLabel = "slurm.kubeslurm.io/cluster"
+	// SlurmComponentLabel names the Slurm daemon of a pod (slurmctld, slurmd, ...).
+	SlurmComponentLabel = "app.kubernetes.io/component"
 	// SlurmConfigHashAnnotation on the rendered ConfigMap is the hash of its files: pods
 	// that mount it will carry it too, so a change reaches them.
 	SlurmConfigHashAnnotation = "slurm.kubeslurm.io/config-hash"
@@ -16,4 +18,8 @@ const (
 	// EventSlurmKeyRegenerated: a generated key Secret was deleted and a new key made.
 	EventSlurmKeyRegenerated = "SlurmKeyRegenerated"
 	EventSlurmKeyMissing     = "SlurmKeyMissing"
+	// EventSlurmControllerReady and EventSlurmControllerNotReady: the slurmctld pod
+	// became ready, or stopped being so.
+	EventSlurmControllerReady    = "SlurmControllerReady"
+	EventSlurmControllerNotReady = "SlurmControllerNotReady"
 )

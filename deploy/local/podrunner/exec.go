@@ -11,10 +11,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The container's process is started as `kubeslurm-podrunner exec [--bind SRC:DST[:ro]]...
-// [--user UID:GID[:G1,G2...]] [--dir DIR] -- PROGRAM ARGS...` in a new mount namespace
-// (Go makes its mounts private: nothing reaches the host's). It bind-mounts the pod's
-// volumes where the container mounts them, drops to the pod's user and execs PROGRAM, so
+// The container's process is started as `kubeslurm-podrunner exec [--root DIR]
+// [--hostname NAME] [--bind SRC:DST[:ro]]... [--user UID:GID[:G1,G2...]] [--dir DIR] --
+// PROGRAM ARGS...` in a new mount namespace (Go makes its mounts private: nothing reaches
+// the host's), and a UTS namespace of its own when it has a hostname. It bind-mounts the
+// pod's volumes where the container mounts them (inside DIR, with /proc, /dev and /sys,
+// and chroots there when there is a root), drops to the pod's user and execs PROGRAM, so
 // the process sees /var/run/secrets/kubernetes.io/serviceaccount and the like as in a pod.
 
 type bind struct {
@@ -82,7 +84,7 @@ func parseUser(s string) (*user, error) {
 func execMain(args []string) error {
 	var binds []bind
 	var u *user
-	dir := "/"
+	dir, root, hostname := "/", "", ""
 	for len(args) > 0 && args[0] != "--" {
 		if len(args) < 2 {
 			return fmt.Errorf("exec: %s needs a value", args[0])
@@ -97,6 +99,10 @@ func execMain(args []string) error {
 			u, err = parseUser(args[1])
 		case "--dir":
 			dir = args[1]
+		case "--root":
+			root = args[1]
+		case "--hostname":
+			hostname = args[1]
 		default:
 			err = fmt.Errorf("exec: unknown option %s", args[0])
 		}
@@ -108,9 +114,27 @@ func execMain(args []string) error {
 	if len(args) < 2 {
 		return fmt.Errorf("exec: no program after --")
 	}
+	if root != "" {
+		// The image's filesystem: the kernel's file systems first, then the volumes in it.
+		sys := []bind{{Src: "/proc", Dst: "/proc"}, {Src: "/dev", Dst: "/dev"}, {Src: "/sys", Dst: "/sys"}}
+		binds = append(sys, binds...)
+		for i := range binds {
+			binds[i].Dst = filepath.Join(root, binds[i].Dst)
+		}
+	}
 	for _, b := range binds {
 		if err := mountBind(b); err != nil {
 			return err
+		}
+	}
+	if hostname != "" {
+		if err := unix.Sethostname([]byte(hostname)); err != nil {
+			return fmt.Errorf("sethostname %s: %w", hostname, err)
+		}
+	}
+	if root != "" {
+		if err := unix.Chroot(root); err != nil {
+			return fmt.Errorf("chroot %s: %w", root, err)
 		}
 	}
 	if u != nil {

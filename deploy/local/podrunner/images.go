@@ -9,19 +9,26 @@ import (
 )
 
 // image is one image the runner can run: its repository (matched with any registry in
-// front, and any tag or digest), the entrypoint its Dockerfile sets, and the program in
-// bin/ that stands for it.
+// front, and any tag or digest) and the entrypoint its Dockerfile sets. A kubeslurm image
+// stands for a program in bin/ (Program); a Slurm image (SlurmRoot) for the Slurm root
+// filesystem the local cluster runs Slurm from, in which its container's command runs
+// chrooted, as in the image built from the same Debian packages (deploy/images/).
 type image struct {
 	Repository string
 	Entrypoint string
 	Program    string
+	SlurmRoot  bool
 }
 
-// images is the table of every image the runner plays kubelet for: Dockerfile.scheduler
-// and Dockerfile.controller. A pod with any other image is left alone.
+// images is the table of every image the runner plays kubelet for: Dockerfile.scheduler,
+// Dockerfile.controller and deploy/images/Dockerfile.*. A pod with any other image is left
+// alone.
 var images = []image{
 	{Repository: "kubeslurm/scheduler", Entrypoint: "/kubeslurm-scheduler", Program: "kubeslurm-scheduler"},
 	{Repository: "kubeslurm/controller", Entrypoint: "/kubeslurm-controller", Program: "kubeslurm-controller"},
+	{Repository: "kubeslurm/slurmctld", Entrypoint: "/usr/sbin/slurmctld", SlurmRoot: true},
+	{Repository: "kubeslurm/slurmd", Entrypoint: "/usr/sbin/slurmd", SlurmRoot: true},
+	{Repository: "kubeslurm/slurmrestd", Entrypoint: "/usr/sbin/slurmrestd", SlurmRoot: true},
 }
 
 // repository is ref without its tag or digest.
@@ -59,12 +66,23 @@ func ours(pod *v1.Pod) bool {
 	return true
 }
 
-// commandLine is the host command line of container c: the image's program in binDir with
-// c's args, or c's command when it names the image's entrypoint.
+// commandLine is the command line of container c. For a kubeslurm image: the image's
+// program in binDir with c's args, or c's command when it names the image's entrypoint.
+// For a Slurm image: c's command (any program of the root filesystem, as in an image), else
+// the entrypoint, with c's args; it runs chrooted into the Slurm root.
 func commandLine(binDir string, c *v1.Container) ([]string, error) {
 	im, ok := lookupImage(c.Image)
 	if !ok {
 		return nil, fmt.Errorf("image %s is not in the runner's table", c.Image)
+	}
+	if im.SlurmRoot {
+		if len(c.Command) > 0 {
+			if !filepath.IsAbs(c.Command[0]) {
+				return nil, fmt.Errorf("command %q: give the program's absolute path (the runner has no PATH lookup in the image)", c.Command[0])
+			}
+			return append(append([]string{}, c.Command...), c.Args...), nil
+		}
+		return append([]string{im.Entrypoint}, c.Args...), nil
 	}
 	args := c.Args
 	if len(c.Command) > 0 {

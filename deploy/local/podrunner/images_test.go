@@ -42,6 +42,20 @@ func TestCommandLine(t *testing.T) {
 
 	_, err = commandLine("/b", &v1.Container{Image: "busybox"})
 	assert.ErrorContains(t, err, "not in the runner's table")
+
+	// Slurm images run the image's own programs, by absolute path, inside the root.
+	c = &v1.Container{Image: "kubeslurm/slurmctld:26.05", Args: []string{"-D"}}
+	got, err = commandLine("/b", c)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/usr/sbin/slurmctld", "-D"}, got)
+	c.Command = []string{"/usr/bin/scontrol", "ping"}
+	c.Args = nil
+	got, err = commandLine("/b", c)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/usr/bin/scontrol", "ping"}, got)
+	c.Command = []string{"scontrol"}
+	_, err = commandLine("/b", c)
+	assert.ErrorContains(t, err, "absolute path")
 }
 
 func TestOurs(t *testing.T) {

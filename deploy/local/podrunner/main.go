@@ -47,6 +47,8 @@ type runner struct {
 	node     string
 	binDir   string
 	stateDir string
+	// The Slurm root filesystem the Slurm images' containers run in.
+	slurmRoot string
 	self     string
 	// Where the processes reach the API server (KUBERNETES_SERVICE_HOST/PORT).
 	apiHost, apiPort string
@@ -71,14 +73,15 @@ func main() {
 	stateDir := flag.String("state-dir", "", "directory for the pods' volumes and logs (required)")
 	apiHost := flag.String("apiserver-host", "127.0.0.1", "KUBERNETES_SERVICE_HOST given to the processes")
 	apiPort := flag.String("apiserver-port", "6443", "KUBERNETES_SERVICE_PORT given to the processes")
+	slurmRoot := flag.String("slurm-root", "", "root filesystem the containers of the Slurm images run in (chrooted); empty: those pods are not run")
 	flag.Parse()
-	if err := run(*kubeconfig, *node, *binDir, *stateDir, *apiHost, *apiPort); err != nil {
+	if err := run(*kubeconfig, *node, *binDir, *stateDir, *slurmRoot, *apiHost, *apiPort); err != nil {
 		klog.ErrorS(err, "pod runner failed")
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig, node, binDir, stateDir, apiHost, apiPort string) error {
+func run(kubeconfig, node, binDir, stateDir, slurmRoot, apiHost, apiPort string) error {
 	if stateDir == "" {
 		return fmt.Errorf("--state-dir is required")
 	}
@@ -98,7 +101,7 @@ func run(kubeconfig, node, binDir, stateDir, apiHost, apiPort string) error {
 		return err
 	}
 	r := &runner{
-		kube: kubernetes.NewForConfigOrDie(cfg), node: node, binDir: binDir, stateDir: stateDir, self: self,
+		kube: kubernetes.NewForConfigOrDie(cfg), node: node, binDir: binDir, stateDir: stateDir, self: self, slurmRoot: slurmRoot,
 		apiHost: apiHost, apiPort: apiPort, pods: map[string]*podRun{},
 		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 	}

@@ -176,6 +176,21 @@ func (pr *podRun) start(c *container) error {
 		return err
 	}
 	args := []string{"exec"}
+	flags := uintptr(syscall.CLONE_NEWNS)
+	if im, _ := lookupImage(c.spec.Image); im.SlurmRoot {
+		if pr.r.slurmRoot == "" {
+			return fmt.Errorf("image %s runs in the Slurm root filesystem: start the runner with --slurm-root", c.spec.Image)
+		}
+		hosts, err := pr.writeHosts()
+		if err != nil {
+			return err
+		}
+		// A UTS namespace for the pod's hostname: Slurm daemons find their node and
+		// SlurmctldHost entry by it.
+		flags |= syscall.CLONE_NEWUTS
+		args = append(args, "--root", pr.r.slurmRoot, "--hostname", podHostname(pr.pod),
+			"--bind", bind{Src: hosts, Dst: "/etc/hosts", RO: true}.String())
+	}
 	for _, m := range c.spec.VolumeMounts {
 		args = append(args, "--bind", bind{Src: filepath.Join(pr.volumeDir(m.Name), m.SubPath), Dst: m.MountPath, RO: m.ReadOnly}.String())
 	}
@@ -198,7 +213,7 @@ func (pr *podRun) start(c *container) error {
 	cmd := exec.Command(pr.r.self, args...)
 	cmd.Env, cmd.Stdout, cmd.Stderr = env, log, log
 	// CLONE_NEWNS: Go also makes every mount of the new namespace private.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: flags, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return err
 	}

@@ -16,7 +16,9 @@ func (pr *podRun) volumeDir(name string) string { return filepath.Join(pr.dir, "
 
 // prepareVolumes writes every volume of the pod into its directory, as a kubelet would:
 // ConfigMap, Secret and projected (service-account token, ConfigMap, Secret, downward API)
-// volumes as files, emptyDir as an empty directory, hostPath as the path itself. A missing
+// volumes as files, emptyDir as an empty directory, hostPath as the path itself, and a
+// PersistentVolumeClaim as a directory of the runner's that outlives the pod (the local
+// cluster has no storage provisioner: the claim stays Pending, its data is here). A missing
 // ConfigMap or Secret fails it (the pod waits in ContainerCreating and it is tried again).
 func (pr *podRun) prepareVolumes(ctx context.Context) error {
 	for _, vol := range pr.pod.Spec.Volumes {
@@ -42,8 +44,20 @@ func (pr *podRun) prepareVolumes(ctx context.Context) error {
 			if err == nil {
 				err = os.Symlink(s.HostPath.Path, dir)
 			}
+		case s.PersistentVolumeClaim != nil:
+			claim := filepath.Join(pr.r.stateDir, "claims", pr.pod.Namespace, s.PersistentVolumeClaim.ClaimName)
+			if _, serr := os.Stat(claim); os.IsNotExist(serr) {
+				if err = os.MkdirAll(claim, 0o755); err == nil {
+					err = pr.own(claim, 0o770)
+				}
+			}
+			if err == nil {
+				if err = os.Remove(dir); err == nil {
+					err = os.Symlink(claim, dir)
+				}
+			}
 		default:
-			err = fmt.Errorf("volume %s: only configMap, secret, projected, emptyDir and hostPath volumes are supported", vol.Name)
+			err = fmt.Errorf("volume %s: only configMap, secret, projected, emptyDir, hostPath and persistentVolumeClaim volumes are supported", vol.Name)
 		}
 		if err != nil {
 			return fmt.Errorf("volume %s: %w", vol.Name, err)

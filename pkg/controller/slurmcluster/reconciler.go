@@ -2,7 +2,8 @@
 // auth/jwt key Secrets (generated once when the spec names none, never rotated) and the
 // ConfigMap with slurm.conf and cgroup.conf rendered from the spec (pkg/slurmconf). A spec
 // that does not render (refused user config) sets ConfigValid False with the reason and
-// leaves the last good ConfigMap in place. It does not run the Slurm daemons yet.
+// leaves the last good ConfigMap in place. It runs slurmctld as a StatefulSet of one pod
+// behind a headless Service (slurmctld.go).
 package slurmcluster
 
 import (
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -80,6 +82,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("slurmcluster").
 		For(&slurmv1.SlurmCluster{}).
 		Owns(&v1.ConfigMap{}).
+		Owns(&v1.Service{}).
+		Owns(&appsv1.StatefulSet{}).
 		Complete(r)
 }
 
@@ -98,6 +102,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if err := r.ensureConfig(ctx, c, status); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.ensureController(ctx, c, status); err != nil {
 		return ctrl.Result{}, err
 	}
 	desired, err := r.desiredWorkers(ctx, c)

@@ -68,8 +68,6 @@ func newCluster() *slurmv1.SlurmCluster {
 	}
 }
 
-func ptr[T any](v T) *T { return &v }
-
 func (f *fixture) reconcile() {
 	f.t.Helper()
 	_, err := f.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "hpc", Name: "slurm"}})

@@ -1,0 +1,108 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
+	"github.com/kubeslurm/kubeslurm/pkg/controller/slurmcluster"
+)
+
+// slurmCommand runs a Slurm command in a pod of the cluster's slurmctld image, as a login
+// pod would (the cluster's /etc/slurm mounted, as the slurm user), waits for it to end and
+// returns its output (the pod runner's container log) and whether it exited 0.
+func slurmCommand(t *testing.T, c *slurmv1.SlurmCluster, args ...string) (string, bool) {
+	t.Helper()
+	ctx := context.Background()
+	name := fmt.Sprintf("slurm-cmd-%d", time.Now().UnixNano()%1_000_000_000)
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name},
+		Spec: v1.PodSpec{
+			RestartPolicy:   v1.RestartPolicyNever,
+			SecurityContext: slurmcluster.SlurmPodSecurity(),
+			Containers: []v1.Container{{
+				Name: "cmd", Image: slurmcluster.DefaultControllerImage, Command: args,
+				VolumeMounts: []v1.VolumeMount{{Name: "config", MountPath: "/etc/slurm", ReadOnly: true}},
+			}},
+			Volumes: []v1.Volume{slurmcluster.ConfigVolume(c)},
+		},
+	}
+	_, err := kube.CoreV1().Pods(c.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err)
+	var phase v1.PodPhase
+	eventually(t, 60*time.Second, "pod "+name+" ("+strings.Join(args, " ")+") ended", func() bool {
+		p, err := kube.CoreV1().Pods(c.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		phase = p.Status.Phase
+		return phase == v1.PodSucceeded || phase == v1.PodFailed
+	})
+	out, err := os.ReadFile(filepath.Join(runDir, "podrunner", "logs", c.Namespace+"_"+name+"_cmd.log"))
+	require.NoError(t, err)
+	require.NoError(t, kube.CoreV1().Pods(c.Namespace).Delete(ctx, name, metav1.DeleteOptions{}))
+	t.Logf("%s: %s\n%s", strings.Join(args, " "), phase, out)
+	return string(out), phase == v1.PodSucceeded
+}
+
+// Issue 5, tests 1 and 3 for slurmctld: a SlurmCluster yields a running slurmctld from
+// the rendered configuration alone (no hand-written slurm.conf), which Slurm's own client
+// reaches through the cluster's Service; killing its pod brings it back with its state
+// (a held job it had accepted is still there).
+func TestSlurmClusterRunsSlurmctld(t *testing.T) {
+	ctx := context.Background()
+	startPodRunner(t)
+	ns := namespace(t)
+	kc := slurmClient(t)
+	applyExample(t, ns, "slurmcluster-local.yaml")
+	key := client.ObjectKey{Namespace: ns, Name: "slurm"}
+	c := &slurmv1.SlurmCluster{}
+	controllerReady := func(uid string) func() bool {
+		return func() bool {
+			if kc.Get(ctx, key, c) != nil || !meta.IsStatusConditionTrue(c.Status.Conditions, slurmv1.ConditionControllerReady) {
+				return false
+			}
+			p, err := kube.CoreV1().Pods(ns).Get(ctx, "slurm-controller-0", metav1.GetOptions{})
+			return err == nil && string(p.UID) != uid
+		}
+	}
+	eventually(t, 120*time.Second, "ControllerReady True", controllerReady(""))
+
+	out, ok := slurmCommand(t, c, "/usr/bin/scontrol", "ping")
+	require.True(t, ok, out)
+	assert.Contains(t, out, "Slurmctld(primary) at slurm-controller-0 is UP")
+	out, ok = slurmCommand(t, c, "/usr/bin/scontrol", "show", "config")
+	require.True(t, ok, out)
+	assert.Regexp(t, `(?m)^ClusterName\s+= podrun$`, out)
+	assert.Regexp(t, `(?m)^SlurmctldPort\s+= 6917$`, out)
+	out, ok = slurmCommand(t, c, "/usr/bin/sinfo", "-h", "-o", "%P %l")
+	require.True(t, ok, out)
+	assert.Contains(t, out, "main* 1:00:00")
+
+	out, ok = slurmCommand(t, c, "/usr/bin/sbatch", "--hold", "--partition", "main", "--wrap", "true")
+	require.True(t, ok, out)
+	m := regexp.MustCompile(`Submitted batch job (\d+)`).FindStringSubmatch(out)
+	require.NotNil(t, m, out)
+	job := m[1]
+
+	old, err := kube.CoreV1().Pods(ns).Get(ctx, "slurm-controller-0", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NoError(t, kube.CoreV1().Pods(ns).Delete(ctx, old.Name, metav1.DeleteOptions{}))
+	eventually(t, 180*time.Second, "a new slurmctld pod ready", controllerReady(string(old.UID)))
+	out, ok = slurmCommand(t, c, "/usr/bin/squeue", "-h", "-j", job, "-o", "%i %T %r")
+	require.True(t, ok, out)
+	assert.Contains(t, out, job+" PENDING JobHeldUser", "the held job survived the slurmctld pod's restart")
+}
