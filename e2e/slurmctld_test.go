@@ -19,14 +19,24 @@ import (
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
 	"github.com/kubeslurm/kubeslurm/pkg/controller/slurmcluster"
+	"github.com/kubeslurm/kubeslurm/pkg/slurm"
 )
 
-// slurmCommand runs a Slurm command in a pod of the cluster's slurmctld image, as a login
-// pod would (the cluster's /etc/slurm mounted, as the slurm user), waits for it to end and
-// returns its output (the pod runner's container log) and whether it exited 0.
+// slurmCommand runs a Slurm command in a pod of the cluster's slurmctld image, as a user
+// would from a login pod (the cluster's /etc/slurm mounted, as the slurm user), waits for it
+// to end and returns its output (the pod runner's container log) and whether it exited 0.
+// It authenticates with auth/jwt: a token minted from the cluster's JWT key (Slurm's
+// commands make auth/slurm credentials only through a local sackd or slurmd).
 func slurmCommand(t *testing.T, c *slurmv1.SlurmCluster, args ...string) (string, bool) {
 	t.Helper()
 	ctx := context.Background()
+	secret, dataKey := slurmcluster.JWTKeySecret(c)
+	s, err := kube.CoreV1().Secrets(c.Namespace).Get(ctx, secret, metav1.GetOptions{})
+	require.NoError(t, err)
+	keyFile := filepath.Join(t.TempDir(), "jwt.key")
+	require.NoError(t, os.WriteFile(keyFile, s.Data[dataKey], 0o600))
+	token, err := slurm.NewTokenSource(keyFile, "slurm", 10*time.Minute).Token()
+	require.NoError(t, err)
 	name := fmt.Sprintf("slurm-cmd-%d", time.Now().UnixNano()%1_000_000_000)
 	pod := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name},
@@ -35,12 +45,13 @@ func slurmCommand(t *testing.T, c *slurmv1.SlurmCluster, args ...string) (string
 			SecurityContext: slurmcluster.SlurmPodSecurity(),
 			Containers: []v1.Container{{
 				Name: "cmd", Image: slurmcluster.DefaultControllerImage, Command: args,
+				Env:          []v1.EnvVar{{Name: "SLURM_JWT", Value: token}},
 				VolumeMounts: []v1.VolumeMount{{Name: "config", MountPath: "/etc/slurm", ReadOnly: true}},
 			}},
 			Volumes: []v1.Volume{slurmcluster.ConfigVolume(c)},
 		},
 	}
-	_, err := kube.CoreV1().Pods(c.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	_, err = kube.CoreV1().Pods(c.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	require.NoError(t, err)
 	var phase v1.PodPhase
 	eventually(t, 60*time.Second, "pod "+name+" ("+strings.Join(args, " ")+") ended", func() bool {

@@ -115,6 +115,17 @@ func execMain(args []string) error {
 		return fmt.Errorf("exec: no program after --")
 	}
 	if root != "" {
+		// A container's /run and /tmp are its own: the Slurm root is shared by every
+		// container (and the local cluster's daemons), whose sockets there (sackd's
+		// sack.socket above all) must not be found by another pod's processes.
+		for _, d := range []struct {
+			path string
+			mode string
+		}{{"/run", "0755"}, {"/tmp", "1777"}} {
+			if err := unix.Mount("tmpfs", filepath.Join(root, d.path), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode="+d.mode); err != nil {
+				return fmt.Errorf("tmpfs on %s: %w", d.path, err)
+			}
+		}
 		// The image's filesystem: the kernel's file systems first, then the volumes in it.
 		sys := []bind{{Src: "/proc", Dst: "/proc"}, {Src: "/dev", Dst: "/dev"}, {Src: "/sys", Dst: "/sys"}}
 		binds = append(sys, binds...)
