@@ -54,6 +54,16 @@ type SlurmClusterSpec struct {
 	// +optional
 	LoginSets []LoginSetSpec `json:"loginSets,omitempty"`
 
+	// ProcessTracking is how slurmd tracks and confines job processes: Cgroup (default:
+	// proctrack/cgroup, task/cgroup and task/affinity, cgroup.conf's CgroupPlugin
+	// autodetected) or LinuxProc (proctrack/linuxproc, task/affinity, CgroupPlugin=disabled:
+	// for workers whose pods get no writable cgroup filesystem; nothing confines a job's
+	// memory or devices then).
+	// +kubebuilder:validation:Enum=Cgroup;LinuxProc
+	// +kubebuilder:default=Cgroup
+	// +optional
+	ProcessTracking ProcessTracking `json:"processTracking,omitempty"`
+
 	// ExtraConfig is appended to slurm.conf: one `Key=Value [Key=Value...]` line per line.
 	// Each line is validated (docs/slurm-cluster.md, "Extra configuration"): keys kubeslurm
 	// owns are refused, and no value can start another line or key.
@@ -109,6 +119,14 @@ type StorageSpec struct {
 	// +optional
 	Size string `json:"size,omitempty"`
 }
+
+// ProcessTracking is how slurmd tracks job processes.
+type ProcessTracking string
+
+const (
+	ProcessTrackingCgroup    ProcessTracking = "Cgroup"
+	ProcessTrackingLinuxProc ProcessTracking = "LinuxProc"
+)
 
 // NodeSetMode is how a NodeSet places its workers.
 // +kubebuilder:validation:Enum=DaemonSet;Replicas
@@ -284,7 +302,8 @@ type SlurmClusterStatus struct {
 	// DaemonSet-mode sets count the matching nodes).
 	// +optional
 	DesiredWorkers int32 `json:"desiredWorkers"`
-	// ReadyWorkers is the number of workers registered with slurmctld.
+	// ReadyWorkers is the number of worker pods whose slurmd is ready (accepts
+	// connections on its port). Whether it registered is Slurm's to say (sinfo).
 	// +optional
 	ReadyWorkers int32 `json:"readyWorkers"`
 	// Nodes counts Slurm nodes by state.

@@ -166,8 +166,13 @@ func renderSlurmConf(c *slurmv1.SlurmCluster) string {
 	line("ReturnToService=2")
 	line("SelectType=select/cons_tres")
 	line("SelectTypeParameters=CR_Core_Memory")
-	line("ProctrackType=proctrack/cgroup")
-	line("TaskPlugin=task/cgroup,task/affinity")
+	if c.Spec.ProcessTracking == slurmv1.ProcessTrackingLinuxProc {
+		line("ProctrackType=proctrack/linuxproc")
+		line("TaskPlugin=task/affinity")
+	} else {
+		line("ProctrackType=proctrack/cgroup")
+		line("TaskPlugin=task/cgroup,task/affinity")
+	}
 	line("MpiDefault=none")
 	if a := c.Spec.Accounting; a != nil {
 		p := a.Port
@@ -235,7 +240,11 @@ func partitionLine(p slurmv1.PartitionSpec) string {
 func renderCgroupConf(c *slurmv1.SlurmCluster) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# cgroup.conf of SlurmCluster %s/%s, rendered by kubeslurm.\n", c.Namespace, c.Name)
-	b.WriteString("CgroupPlugin=autodetect\n")
+	if c.Spec.ProcessTracking == slurmv1.ProcessTrackingLinuxProc {
+		b.WriteString("CgroupPlugin=disabled\n")
+	} else {
+		b.WriteString("CgroupPlugin=autodetect\n")
+	}
 	// In a container there is no systemd to ask for a scope.
 	b.WriteString("IgnoreSystemd=yes\n")
 	if extra := strings.TrimSpace(c.Spec.CgroupExtraConfig); extra != "" {

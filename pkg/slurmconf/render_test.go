@@ -42,6 +42,7 @@ func TestRenderGolden(t *testing.T) {
 	}{
 		{"minimal", slurmv1.SlurmClusterSpec{}},
 		{"full", full()},
+		{"linuxproc", slurmv1.SlurmClusterSpec{ProcessTracking: slurmv1.ProcessTrackingLinuxProc}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			files, err := Render(cluster(tc.spec))
@@ -84,6 +85,9 @@ func TestRenderRefusesInjection(t *testing.T) {
 		}, "comment"},
 		{"option named like a field of ours", func(s *slurmv1.SlurmClusterSpec) {
 			s.Partitions[0].Options["Nodes"] = "ALL"
+		}, "set by kubeslurm"},
+		{"process tracking in extra config (spec.processTracking sets it)", func(s *slurmv1.SlurmClusterSpec) {
+			s.ExtraConfig = "proctracktype=proctrack/pgid"
 		}, "set by kubeslurm"},
 		{"reserved key in extra config", func(s *slurmv1.SlurmClusterSpec) {
 			s.ExtraConfig = "SlurmctldHost=evil"

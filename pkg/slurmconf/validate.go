@@ -14,7 +14,7 @@ var reservedSlurmConf = keySet(
 	"SlurmctldPort", "SlurmctldParameters", "SlurmctldPidFile", "StateSaveLocation",
 	"SlurmUser", "SlurmdUser", "SlurmdSpoolDir", "SlurmdPidFile",
 	"AuthType", "AuthAltTypes", "AuthAltParameters", "AuthInfo", "CredType",
-	"MaxNodeCount",
+	"MaxNodeCount", "ProctrackType", "TaskPlugin",
 	"AccountingStorageType", "AccountingStorageHost", "AccountingStorageBackupHost",
 	"AccountingStoragePort", "AccountingStorageUser", "AccountingStoragePass",
 	"PartitionName", "NodeSet",

@@ -22,4 +22,6 @@ const (
 	// became ready, or stopped being so.
 	EventSlurmControllerReady    = "SlurmControllerReady"
 	EventSlurmControllerNotReady = "SlurmControllerNotReady"
+	// EventSlurmWorkerRemoved: a slurmd worker pod was deleted (scale-in, node gone, update).
+	EventSlurmWorkerRemoved = "SlurmWorkerRemoved"
 )

@@ -22,8 +22,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
 	"github.com/kubeslurm/kubeslurm/pkg/slurmconf"
@@ -76,6 +80,19 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 }
 
+// allClusters queues every SlurmCluster: a node's change may add or remove a worker of any.
+func (r *Reconciler) allClusters(ctx context.Context, _ client.Object) []reconcile.Request {
+	list := &slurmv1.SlurmClusterList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, c := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
+	}
+	return reqs
+}
+
 // SetupWithManager registers the reconciler; a change to a ConfigMap it made queues its cluster.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
@@ -84,6 +101,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&v1.ConfigMap{}).
 		Owns(&v1.Service{}).
 		Owns(&appsv1.StatefulSet{}).
+		Owns(&v1.Pod{}).
+		// DaemonSet-mode NodeSets follow the nodes their selectors match.
+		Watches(&v1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allClusters), builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Complete(r)
 }
 
@@ -107,11 +127,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.ensureController(ctx, c, status); err != nil {
 		return ctrl.Result{}, err
 	}
-	desired, err := r.desiredWorkers(ctx, c)
+	want, err := r.desiredWorkerList(ctx, c)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	status.DesiredWorkers = desired
+	ready, err := r.ensureWorkers(ctx, c, status, want)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	status.DesiredWorkers, status.ReadyWorkers = int32(len(want)), ready
 	status.ObservedGeneration = c.Generation
 	if !equality.Semantic.DeepEqual(&c.Status, status) {
 		c.Status = *status
@@ -295,26 +319,6 @@ func fillConfigMap(cm *v1.ConfigMap, c *slurmv1.SlurmCluster, files slurmconf.Fi
 	cm.Annotations[wellknown.SlurmConfigHashAnnotation] = hash
 	cm.Data = maps.Clone(files)
 	cm.BinaryData = nil
-}
-
-// desiredWorkers counts the workers the NodeSets ask for: Replicas-mode sets their
-// replicas, DaemonSet-mode sets the Kubernetes nodes their selector matches.
-func (r *Reconciler) desiredWorkers(ctx context.Context, c *slurmv1.SlurmCluster) (int32, error) {
-	var n int32
-	for _, ns := range c.Spec.NodeSets {
-		if ns.Mode == slurmv1.NodeSetReplicas {
-			if ns.Replicas != nil {
-				n += *ns.Replicas
-			}
-			continue
-		}
-		nodes := &v1.NodeList{}
-		if err := r.Client.List(ctx, nodes, client.MatchingLabels(ns.NodeSelector)); err != nil {
-			return 0, fmt.Errorf("listing the nodes of NodeSet %s: %w", ns.Name, err)
-		}
-		n += int32(len(nodes.Items))
-	}
-	return n, nil
 }
 
 // setCondition sets a condition and reports whether its status, reason or message changed

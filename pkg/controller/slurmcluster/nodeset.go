@@ -1,0 +1,261 @@
+package slurmcluster
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
+	"github.com/kubeslurm/kubeslurm/pkg/slurmconf"
+	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
+)
+
+const (
+	// DefaultWorkerImage runs slurmd: deploy/images/Dockerfile.slurmd.
+	DefaultWorkerImage = "kubeslurm/slurmd:26.05"
+	// SlurmdPort is slurmd's port in its pod.
+	SlurmdPort = 6818
+
+	componentSlurmd = "slurmd"
+	// Labels and annotations of a worker pod.
+	nodeSetLabel         = "slurm.kubeslurm.io/nodeset"
+	slurmNodeAnnotation  = "slurm.kubeslurm.io/node-name"
+	workerSpecAnnotation = "slurm.kubeslurm.io/worker-spec-hash"
+)
+
+// worker is one slurmd pod a NodeSet asks for: its Slurm node name and, in DaemonSet mode,
+// the Kubernetes node it runs on (the same name).
+type worker struct {
+	set      *slurmv1.NodeSetSpec
+	slurm    string
+	kubeNode string
+}
+
+// desiredWorkerList lists the workers of every NodeSet: DaemonSet mode one per Kubernetes
+// node its selector matches (named after it), Replicas mode <cluster>-<set>-<ordinal>.
+func (r *Reconciler) desiredWorkerList(ctx context.Context, c *slurmv1.SlurmCluster) ([]worker, error) {
+	var out []worker
+	for i := range c.Spec.NodeSets {
+		set := &c.Spec.NodeSets[i]
+		if set.Mode == slurmv1.NodeSetReplicas {
+			n := int32(0)
+			if set.Replicas != nil {
+				n = *set.Replicas
+			}
+			for o := int32(0); o < n; o++ {
+				out = append(out, worker{set: set, slurm: fmt.Sprintf("%s-%s-%d", c.Name, set.Name, o)})
+			}
+			continue
+		}
+		nodes := &v1.NodeList{}
+		if err := r.Client.List(ctx, nodes, client.MatchingLabels(set.NodeSelector)); err != nil {
+			return nil, fmt.Errorf("listing the nodes of NodeSet %s: %w", set.Name, err)
+		}
+		for _, n := range nodes.Items {
+			if n.DeletionTimestamp == nil {
+				out = append(out, worker{set: set, slurm: n.Name, kubeNode: n.Name})
+			}
+		}
+	}
+	return out, nil
+}
+
+// workerPodName is the pod of a worker: <cluster>-<set>-<slurm node>, shortened with a
+// hash when longer than a pod name may be.
+func workerPodName(c *slurmv1.SlurmCluster, w worker) string {
+	name := c.Name + "-" + w.set.Name + "-" + w.slurm
+	if w.set.Mode == slurmv1.NodeSetReplicas {
+		name = w.slurm
+	}
+	if len(name) <= 63 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return strings.TrimRight(name[:52], "-.") + "-" + hex.EncodeToString(sum[:])[:10]
+}
+
+// slurmdArgs registers the worker as a dynamic node (-Z) with configless slurmctld, with
+// its NodeSet's name (which slurm.conf's NodeSet of that name selects) and extra features.
+func slurmdArgs(c *slurmv1.SlurmCluster, w worker) []string {
+	_, addr := slurmconf.ControllerHost(c)
+	features := append([]string{w.set.Name}, w.set.Features...)
+	return []string{"-D", "-Z", "-N", w.slurm,
+		"--conf-server", fmt.Sprintf("%s:%d", addr, controllerPort(c)),
+		"--conf", "Features=" + strings.Join(features, ",")}
+}
+
+// workerPod is the desired pod of a worker. slurmd runs as root (SlurmdUser): it starts
+// jobs as their users. Its /etc/slurm holds the auth/slurm key alone; the configuration
+// comes from slurmctld.
+func workerPod(c *slurmv1.SlurmCluster, w worker) *v1.Pod {
+	image := w.set.Image
+	if image == "" {
+		image = DefaultWorkerImage
+	}
+	keySecret, key := SlurmKeySecret(c)
+	labels := componentLabels(c, componentSlurmd)
+	labels[nodeSetLabel] = w.set.Name
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: c.Namespace, Name: workerPodName(c, w), Labels: labels,
+			Annotations: map[string]string{slurmNodeAnnotation: w.slurm},
+		},
+		Spec: v1.PodSpec{
+			NodeName: w.kubeNode,
+			Hostname: trimHostname(w.slurm),
+			// A worker stays on its node as a DaemonSet's pod does.
+			Tolerations:                   []v1.Toleration{{Operator: v1.TolerationOpExists}},
+			SecurityContext:               &v1.PodSecurityContext{RunAsUser: ptr[int64](0), RunAsGroup: ptr[int64](0)},
+			TerminationGracePeriodSeconds: ptr[int64](30),
+			Containers: []v1.Container{{
+				Name:  componentSlurmd,
+				Image: image,
+				Args:  slurmdArgs(c, w),
+				Ports: []v1.ContainerPort{{Name: componentSlurmd, ContainerPort: SlurmdPort}},
+				ReadinessProbe: &v1.Probe{
+					ProbeHandler:  v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromInt32(SlurmdPort)}},
+					PeriodSeconds: 2,
+				},
+				VolumeMounts: []v1.VolumeMount{
+					{Name: "key", MountPath: slurmconf.ConfigDir, ReadOnly: true},
+					{Name: "spool", MountPath: "/var/spool/slurmd"},
+				},
+			}},
+			Volumes: []v1.Volume{
+				{Name: "key", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{
+					SecretName: keySecret, DefaultMode: ptr[int32](0o400), Items: []v1.KeyToPath{{Key: key, Path: SlurmKeyName}},
+				}}},
+				{Name: "spool", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+			},
+		},
+	}
+	pod.Annotations[workerSpecAnnotation] = specHash(pod.Spec)
+	return pod
+}
+
+// trimHostname keeps a hostname within the 63 characters a pod's may have.
+func trimHostname(s string) string {
+	if len(s) > 63 {
+		return strings.TrimRight(s[:63], "-.")
+	}
+	return s
+}
+
+func specHash(spec v1.PodSpec) string {
+	b, _ := json.Marshal(spec)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:16]
+}
+
+// ensureWorkers makes the worker pods match the NodeSets: missing ones created, those no
+// set asks for any more deleted, and one whose spec changed replaced; replacements go one
+// at a time, and only while every other worker is ready, so an update never takes more
+// than one node out of Slurm. It returns the ready workers.
+func (r *Reconciler) ensureWorkers(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus, want []worker) (int32, error) {
+	pods := &v1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels(componentLabels(c, componentSlurmd))); err != nil {
+		return 0, fmt.Errorf("listing worker pods: %w", err)
+	}
+	existing := map[string]*v1.Pod{}
+	for i := range pods.Items {
+		if p := &pods.Items[i]; metav1.IsControlledBy(p, c) {
+			existing[p.Name] = p
+		}
+	}
+	if !meta.IsStatusConditionTrue(status.Conditions, slurmv1.ConditionControllerReady) {
+		// Workers register with slurmctld: none starts before it runs.
+		return countReady(existing), nil
+	}
+	desired := map[string]*v1.Pod{}
+	for _, w := range want {
+		p := workerPod(c, w)
+		desired[p.Name] = p
+	}
+	// Workers out of Slurm now: missing, going or not ready.
+	unavailable := 0
+	for name := range desired {
+		if p, ok := existing[name]; !ok || p.DeletionTimestamp != nil || !isReady(p) {
+			unavailable++
+		}
+	}
+	for _, name := range sortedKeys(existing) {
+		p := existing[name]
+		d, ok := desired[name]
+		switch {
+		case p.DeletionTimestamp != nil:
+		case !ok:
+			if err := r.deleteWorker(ctx, c, p, "its NodeSet no longer asks for it"); err != nil {
+				return 0, err
+			}
+		case p.Annotations[workerSpecAnnotation] != d.Annotations[workerSpecAnnotation] && (unavailable == 0 || !isReady(p)):
+			if err := r.deleteWorker(ctx, c, p, "its spec changed"); err != nil {
+				return 0, err
+			}
+			if isReady(p) {
+				unavailable++
+			}
+		}
+	}
+	for _, name := range sortedKeys(desired) {
+		if _, ok := existing[name]; ok {
+			continue
+		}
+		p := desired[name]
+		if err := controllerutil.SetControllerReference(c, p, r.Client.Scheme()); err != nil {
+			return 0, err
+		}
+		if err := r.Client.Create(ctx, p); err != nil && !apierrors.IsAlreadyExists(err) {
+			return 0, fmt.Errorf("creating worker pod %s: %w", p.Name, err)
+		}
+	}
+	return countReady(existing), nil
+}
+
+func (r *Reconciler) deleteWorker(ctx context.Context, c *slurmv1.SlurmCluster, p *v1.Pod, why string) error {
+	if err := r.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting worker pod %s: %w", p.Name, err)
+	}
+	r.Recorder.Eventf(c, p, v1.EventTypeNormal, wellknown.EventSlurmWorkerRemoved, "RemoveWorker",
+		"Deleted worker pod %s (Slurm node %s): %s", p.Name, p.Annotations[slurmNodeAnnotation], why)
+	return nil
+}
+
+func isReady(p *v1.Pod) bool {
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == v1.PodReady {
+			return cond.Status == v1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func countReady(pods map[string]*v1.Pod) int32 {
+	var n int32
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil && isReady(p) {
+			n++
+		}
+	}
+	return n
+}
+
+func sortedKeys(m map[string]*v1.Pod) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

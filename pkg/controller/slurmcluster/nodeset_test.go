@@ -1,0 +1,143 @@
+package slurmcluster
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
+)
+
+func (f *fixture) workers() map[string]*v1.Pod {
+	pods := &v1.PodList{}
+	require.NoError(f.t, f.kube.List(context.Background(), pods, client.InNamespace("hpc")))
+	out := map[string]*v1.Pod{}
+	for i := range pods.Items {
+		out[pods.Items[i].Name] = &pods.Items[i]
+	}
+	return out
+}
+
+// controllerUp marks slurmctld's StatefulSet ready, as the cluster would.
+func (f *fixture) controllerUp() {
+	sts := f.statefulSet()
+	sts.Status.ReadyReplicas, sts.Status.Replicas = 1, 1
+	require.NoError(f.t, f.kube.Status().Update(context.Background(), sts))
+}
+
+func (f *fixture) setReady(p *v1.Pod, ready bool) {
+	s := v1.ConditionFalse
+	if ready {
+		s = v1.ConditionTrue
+	}
+	p.Status.Conditions = []v1.PodCondition{{Type: v1.PodReady, Status: s}}
+	require.NoError(f.t, f.kube.Status().Update(context.Background(), p))
+}
+
+func TestWorkersFollowTheNodeSets(t *testing.T) {
+	node := func(name, pool string) *v1.Node {
+		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": pool}}}
+	}
+	f := newFixture(t, newCluster(), node("n1", "cpu"), node("n2", "cpu"), node("g1", "gpu"))
+	f.reconcile()
+	assert.Empty(t, f.workers(), "no worker before slurmctld is ready")
+	assert.Equal(t, int32(5), f.cluster().Status.DesiredWorkers, "2 matching nodes + 3 replicas")
+
+	f.controllerUp()
+	f.reconcile()
+	pods := f.workers()
+	require.Len(t, pods, 5)
+	// DaemonSet mode: on the node, as the node's name.
+	n1 := pods["slurm-cpu-n1"]
+	require.NotNil(t, n1)
+	assert.Equal(t, "n1", n1.Spec.NodeName)
+	assert.Equal(t, []string{"-D", "-Z", "-N", "n1", "--conf-server", "slurm-controller.hpc.svc:6817", "--conf", "Features=cpu"},
+		n1.Spec.Containers[0].Args)
+	assert.True(t, metav1.IsControlledBy(n1, f.cluster()))
+	assert.Equal(t, "slurm-slurm-key", n1.Spec.Volumes[0].Secret.SecretName)
+	// Replicas mode: ordinal names, placed by the scheduler.
+	r2 := pods["slurm-r-2"]
+	require.NotNil(t, r2)
+	assert.Empty(t, r2.Spec.NodeName)
+	assert.Contains(t, r2.Spec.Containers[0].Args, "slurm-r-2")
+
+	// Level-based: nothing changes on another pass.
+	f.reconcile()
+	for name, p := range f.workers() {
+		assert.Equal(t, pods[name].ResourceVersion, p.ResourceVersion, name)
+	}
+
+	// A node leaving the selector loses its worker, with an event; scaling replicas down too.
+	f.events()
+	n2 := &v1.Node{}
+	require.NoError(t, f.kube.Get(context.Background(), client.ObjectKey{Name: "n2"}, n2))
+	n2.Labels["pool"] = "other"
+	require.NoError(t, f.kube.Update(context.Background(), n2))
+	f.update(func(c *slurmv1.SlurmCluster) { c.Spec.NodeSets[1].Replicas = ptr[int32](2) })
+	f.reconcile()
+	pods = f.workers()
+	assert.NotContains(t, pods, "slurm-cpu-n2")
+	assert.NotContains(t, pods, "slurm-r-2")
+	assert.Len(t, pods, 3)
+	assert.Equal(t, int32(3), f.cluster().Status.DesiredWorkers)
+	ev := strings.Join(f.events(), "\n")
+	assert.Contains(t, ev, "Deleted worker pod slurm-cpu-n2 (Slurm node n2): its NodeSet no longer asks for it")
+	assert.Contains(t, ev, "Deleted worker pod slurm-r-2 (Slurm node slurm-r-2)")
+}
+
+// An update replaces one worker at a time, and only while the others are ready.
+func TestWorkerUpdateOneAtATime(t *testing.T) {
+	c := newCluster()
+	c.Spec.NodeSets = []slurmv1.NodeSetSpec{{Name: "r", Mode: slurmv1.NodeSetReplicas, Replicas: ptr[int32](3)}}
+	c.Spec.Partitions = nil
+	f := newFixture(t, c)
+	f.reconcile()
+	f.controllerUp()
+	f.reconcile()
+	for _, p := range f.workers() {
+		if p.Labels[nodeSetLabel] == "r" {
+			f.setReady(p, true)
+		}
+	}
+	f.reconcile()
+	assert.Equal(t, int32(3), f.cluster().Status.ReadyWorkers)
+
+	f.update(func(c *slurmv1.SlurmCluster) { c.Spec.NodeSets[0].Image = "kubeslurm/slurmd:next" })
+	f.reconcile()
+	pods := f.workers()
+	assert.Len(t, pods, 2, "one worker replaced at a time (it is recreated on the next pass)")
+	f.reconcile()
+	pods = f.workers()
+	require.Len(t, pods, 3)
+	var updated []string
+	for name, p := range pods {
+		if p.Spec.Containers[0].Image == "kubeslurm/slurmd:next" {
+			updated = append(updated, name)
+			assert.False(t, isReady(p))
+		}
+	}
+	require.Len(t, updated, 1)
+	// While the new pod is not ready, no other worker goes.
+	f.reconcile()
+	assert.Len(t, f.workers(), 3)
+	f.setReady(f.workers()[updated[0]], true)
+	f.reconcile()
+	assert.Len(t, f.workers(), 2, "the next one goes once the new pod is ready")
+}
+
+func TestWorkerPodName(t *testing.T) {
+	c := newCluster()
+	set := &slurmv1.NodeSetSpec{Name: "gpu"}
+	assert.Equal(t, "slurm-gpu-node-1", workerPodName(c, worker{set: set, slurm: "node-1"}))
+	long := strings.Repeat("n", 70)
+	name := workerPodName(c, worker{set: set, slurm: long})
+	assert.LessOrEqual(t, len(name), 63)
+	assert.NotEqual(t, name, workerPodName(c, worker{set: set, slurm: long + "x"}), "distinct nodes keep distinct pods")
+}
+
