@@ -69,11 +69,12 @@ func slurmCommand(t *testing.T, c *slurmv1.SlurmCluster, args ...string) (string
 	return string(out), phase == v1.PodSucceeded
 }
 
-// Issue 5, tests 1 and 3 for slurmctld: a SlurmCluster yields a running slurmctld from
-// the rendered configuration alone (no hand-written slurm.conf), which Slurm's own client
-// reaches through the cluster's Service; killing its pod brings it back with its state
-// (a held job it had accepted is still there).
-func TestSlurmClusterRunsSlurmctld(t *testing.T) {
+// Issue 5, tests 1 and 3: a SlurmCluster yields a working Slurm from the rendered
+// configuration alone (no hand-written slurm.conf): slurmctld, and a slurmd worker that
+// registers as the Kubernetes node it runs on and runs jobs. Slurm's own client reaches it
+// through the cluster's Service. Killing the slurmctld pod brings it back with its state:
+// the running job keeps running and a held job is still there.
+func TestSlurmClusterRunsSlurm(t *testing.T) {
 	ctx := context.Background()
 	startPodRunner(t)
 	ns := namespace(t)
@@ -81,16 +82,18 @@ func TestSlurmClusterRunsSlurmctld(t *testing.T) {
 	applyExample(t, ns, "slurmcluster-local.yaml")
 	key := client.ObjectKey{Namespace: ns, Name: "slurm"}
 	c := &slurmv1.SlurmCluster{}
-	controllerReady := func(uid string) func() bool {
+	ready := func(oldUID string) func() bool {
 		return func() bool {
-			if kc.Get(ctx, key, c) != nil || !meta.IsStatusConditionTrue(c.Status.Conditions, slurmv1.ConditionControllerReady) {
+			if kc.Get(ctx, key, c) != nil || !meta.IsStatusConditionTrue(c.Status.Conditions, slurmv1.ConditionControllerReady) ||
+				c.Status.ReadyWorkers != 1 {
 				return false
 			}
 			p, err := kube.CoreV1().Pods(ns).Get(ctx, "slurm-controller-0", metav1.GetOptions{})
-			return err == nil && string(p.UID) != uid
+			return err == nil && string(p.UID) != oldUID
 		}
 	}
-	eventually(t, 120*time.Second, "ControllerReady True", controllerReady(""))
+	eventually(t, 120*time.Second, "ControllerReady True and one ready worker", ready(""))
+	assert.Equal(t, int32(1), c.Status.DesiredWorkers)
 
 	out, ok := slurmCommand(t, c, "/usr/bin/scontrol", "ping")
 	require.True(t, ok, out)
@@ -99,21 +102,35 @@ func TestSlurmClusterRunsSlurmctld(t *testing.T) {
 	require.True(t, ok, out)
 	assert.Regexp(t, `(?m)^ClusterName\s+= podrun$`, out)
 	assert.Regexp(t, `(?m)^SlurmctldPort\s+= 6917$`, out)
-	out, ok = slurmCommand(t, c, "/usr/bin/sinfo", "-h", "-o", "%P %l")
-	require.True(t, ok, out)
-	assert.Contains(t, out, "main* 1:00:00")
+	// The worker registered under its Kubernetes node's name, with its NodeSet's features.
+	eventually(t, 60*time.Second, "sinfo lists the worker idle", func() bool {
+		out, ok = slurmCommand(t, c, "/usr/bin/sinfo", "-h", "-N", "-o", "%N %P %t %f")
+		return ok && strings.Contains(out, runnerNode+" main* idle runner,local")
+	})
 
-	out, ok = slurmCommand(t, c, "/usr/bin/sbatch", "--hold", "--partition", "main", "--wrap", "true")
-	require.True(t, ok, out)
-	m := regexp.MustCompile(`Submitted batch job (\d+)`).FindStringSubmatch(out)
-	require.NotNil(t, m, out)
-	job := m[1]
+	submit := func(args ...string) string {
+		out, ok := slurmCommand(t, c, append([]string{"/usr/bin/sbatch", "--partition", "main"}, args...)...)
+		require.True(t, ok, out)
+		m := regexp.MustCompile(`Submitted batch job (\d+)`).FindStringSubmatch(out)
+		require.NotNil(t, m, out)
+		return m[1]
+	}
+	running := submit("--wrap", "sleep 600")
+	held := submit("--hold", "--wrap", "true")
+	squeue := func() string {
+		out, ok := slurmCommand(t, c, "/usr/bin/squeue", "-h", "-o", "%i %T %R")
+		require.True(t, ok, out)
+		return out
+	}
+	eventually(t, 60*time.Second, "job "+running+" running on the worker", func() bool {
+		return strings.Contains(squeue(), running+" RUNNING "+runnerNode)
+	})
 
 	old, err := kube.CoreV1().Pods(ns).Get(ctx, "slurm-controller-0", metav1.GetOptions{})
 	require.NoError(t, err)
 	require.NoError(t, kube.CoreV1().Pods(ns).Delete(ctx, old.Name, metav1.DeleteOptions{}))
-	eventually(t, 180*time.Second, "a new slurmctld pod ready", controllerReady(string(old.UID)))
-	out, ok = slurmCommand(t, c, "/usr/bin/squeue", "-h", "-j", job, "-o", "%i %T %r")
-	require.True(t, ok, out)
-	assert.Contains(t, out, job+" PENDING JobHeldUser", "the held job survived the slurmctld pod's restart")
+	eventually(t, 180*time.Second, "a new slurmctld pod ready", ready(string(old.UID)))
+	out = squeue()
+	assert.Contains(t, out, running+" RUNNING "+runnerNode, "the running job survived the slurmctld pod's restart")
+	assert.Contains(t, out, held+" PENDING (JobHeldUser)", "the held job survived the slurmctld pod's restart")
 }
