@@ -73,7 +73,8 @@ func slurmCommand(t *testing.T, c *slurmv1.SlurmCluster, args ...string) (string
 // configuration alone (no hand-written slurm.conf): slurmctld, and a slurmd worker that
 // registers as the Kubernetes node it runs on and runs jobs. Slurm's own client reaches it
 // through the cluster's Service. Killing the slurmctld pod brings it back with its state:
-// the running job keeps running and a held job is still there.
+// the running job keeps running and a held job is still there. A partition change reaches
+// slurmctld; a refused one leaves it running as it was.
 func TestSlurmClusterRunsSlurm(t *testing.T) {
 	ctx := context.Background()
 	startPodRunner(t)
@@ -133,4 +134,39 @@ func TestSlurmClusterRunsSlurm(t *testing.T) {
 	out = squeue()
 	assert.Contains(t, out, running+" RUNNING "+runnerNode, "the running job survived the slurmctld pod's restart")
 	assert.Contains(t, out, held+" PENDING (JobHeldUser)", "the held job survived the slurmctld pod's restart")
+
+	// Issue 5, test 2: a partition change in the spec reaches slurmctld (an in-place restart
+	// of its pod with the new configuration) while the job keeps running.
+	applied := c.Status.AppliedConfigHash
+	require.NotEmpty(t, applied)
+	c.Spec.Partitions[0].MaxTime = "2:00:00"
+	require.NoError(t, kc.Update(ctx, c))
+	eventually(t, 180*time.Second, "the new configuration applied", func() bool {
+		return kc.Get(ctx, key, c) == nil && c.Status.AppliedConfigHash != applied &&
+			c.Status.AppliedConfigHash == c.Status.ConfigHash && c.Status.LastReconfigureTime != nil &&
+			meta.IsStatusConditionTrue(c.Status.Conditions, slurmv1.ConditionConfigApplied)
+	})
+	eventually(t, 60*time.Second, "sinfo shows the new MaxTime", func() bool {
+		out, ok := slurmCommand(t, c, "/usr/bin/sinfo", "-h", "-o", "%P %l")
+		return ok && strings.Contains(out, "main* 2:00:00")
+	})
+	assert.Contains(t, squeue(), running+" RUNNING "+runnerNode, "the running job survived the reconfiguration")
+
+	// A refused value: ConfigValid False, and slurmctld keeps running the old configuration.
+	ctld, err := kube.CoreV1().Pods(ns).Get(ctx, "slurm-controller-0", metav1.GetOptions{})
+	require.NoError(t, err)
+	applied = c.Status.AppliedConfigHash
+	c.Spec.ExtraConfig = "SlurmctldHost=elsewhere"
+	require.NoError(t, kc.Update(ctx, c))
+	eventually(t, 30*time.Second, "ConfigValid False", func() bool {
+		return kc.Get(ctx, key, c) == nil && meta.IsStatusConditionFalse(c.Status.Conditions, slurmv1.ConditionConfigValid)
+	})
+	assert.Contains(t, meta.FindStatusCondition(c.Status.Conditions, slurmv1.ConditionConfigValid).Message, "SlurmctldHost")
+	time.Sleep(5 * time.Second) // a restart, were one wrongly started, would show by now
+	require.NoError(t, kc.Get(ctx, key, c))
+	assert.Equal(t, applied, c.Status.AppliedConfigHash)
+	assert.True(t, meta.IsStatusConditionTrue(c.Status.Conditions, slurmv1.ConditionConfigApplied))
+	now, err := kube.CoreV1().Pods(ns).Get(ctx, "slurm-controller-0", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, ctld.UID, now.UID, "slurmctld was not restarted for a refused spec")
 }

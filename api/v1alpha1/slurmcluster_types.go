@@ -265,6 +265,9 @@ const (
 	ConditionKeysReady = "KeysReady"
 	// ConditionControllerReady: the slurmctld pod is running and accepts connections.
 	ConditionControllerReady = "ControllerReady"
+	// ConditionConfigApplied: slurmctld runs the configuration in the ConfigMap. False while
+	// it restarts with a new one (or cannot: the message says why).
+	ConditionConfigApplied = "ConfigApplied"
 )
 
 // NodeStateSummary counts the cluster's Slurm nodes by state.
@@ -281,7 +284,7 @@ type SlurmClusterStatus struct {
 	// ObservedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: ConfigValid, KeysReady, ControllerReady.
+	// Conditions: ConfigValid, KeysReady, ControllerReady, ConfigApplied.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -295,6 +298,9 @@ type SlurmClusterStatus struct {
 	// ConfigUpdateTime is when ConfigMap last changed.
 	// +optional
 	ConfigUpdateTime *metav1.Time `json:"configUpdateTime,omitempty"`
+	// AppliedConfigHash is the configuration slurmctld runs (its pod's ConfigHash).
+	// +optional
+	AppliedConfigHash string `json:"appliedConfigHash,omitempty"`
 	// LastReconfigureTime is when slurmctld last took a new configuration.
 	// +optional
 	LastReconfigureTime *metav1.Time `json:"lastReconfigureTime,omitempty"`

@@ -22,6 +22,8 @@ const (
 	// became ready, or stopped being so.
 	EventSlurmControllerReady    = "SlurmControllerReady"
 	EventSlurmControllerNotReady = "SlurmControllerNotReady"
+	// EventSlurmConfigApplied: slurmctld runs a new configuration.
+	EventSlurmConfigApplied = "SlurmConfigApplied"
 	// EventSlurmWorkerRemoved: a slurmd worker pod was deleted (scale-in, node gone, update).
 	EventSlurmWorkerRemoved = "SlurmWorkerRemoved"
 )

@@ -140,4 +140,3 @@ func TestWorkerPodName(t *testing.T) {
 	assert.LessOrEqual(t, len(name), 63)
 	assert.NotEqual(t, name, workerPodName(c, worker{set: set, slurm: long + "x"}), "distinct nodes keep distinct pods")
 }
-

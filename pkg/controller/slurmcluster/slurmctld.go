@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
@@ -86,10 +87,11 @@ func controllerService(c *slurmv1.SlurmCluster, svc *v1.Service) {
 }
 
 // controllerStatefulSet fills slurmctld's StatefulSet: one pod, its state on a claim that
-// outlives the pod (a new pod after a kill finds the jobs it knew). The pod template does
-// not carry the configuration's hash: a configuration change is applied by reconfigure,
-// not by a restart. The claim template is set on create only (it is immutable).
-func controllerStatefulSet(c *slurmv1.SlurmCluster, sts *appsv1.StatefulSet) error {
+// outlives the pod (a new pod after a kill finds the jobs it knew). The pod template carries
+// the configuration's hash, so a new configuration restarts slurmctld in place: it reads
+// its state back, and running jobs keep running (slurmd runs them). The claim template is
+// set on create only (it is immutable).
+func controllerStatefulSet(c *slurmv1.SlurmCluster, configHash string, sts *appsv1.StatefulSet) error {
 	labels := componentLabels(c, componentSlurmctld)
 	image := c.Spec.Controller.Image
 	if image == "" {
@@ -101,6 +103,7 @@ func controllerStatefulSet(c *slurmv1.SlurmCluster, sts *appsv1.StatefulSet) err
 	sts.Spec.ServiceName = ControllerName(c)
 	sts.Spec.Selector = &metav1.LabelSelector{MatchLabels: labels}
 	sts.Spec.Template.Labels = labels
+	sts.Spec.Template.Annotations = map[string]string{wellknown.SlurmConfigHashAnnotation: configHash}
 	sts.Spec.Template.Spec = v1.PodSpec{
 		SecurityContext: SlurmPodSecurity(),
 		// slurmctld saves its state on SIGTERM.
@@ -165,7 +168,7 @@ func (r *Reconciler) ensureController(ctx context.Context, c *slurmv1.SlurmClust
 	}
 	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: ControllerName(c)}}
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, sts, func() error {
-		if err := controllerStatefulSet(c, sts); err != nil {
+		if err := controllerStatefulSet(c, status.ConfigHash, sts); err != nil {
 			return err
 		}
 		return controllerutil.SetControllerReference(c, sts, r.Client.Scheme())
@@ -173,6 +176,9 @@ func (r *Reconciler) ensureController(ctx context.Context, c *slurmv1.SlurmClust
 		return fmt.Errorf("slurmctld StatefulSet %s: %w", sts.Name, err)
 	}
 	pod := sts.Name + "-0"
+	if err := r.configApplied(ctx, c, status, pod); err != nil {
+		return err
+	}
 	if sts.Status.ReadyReplicas > 0 {
 		if setCondition(status, c.Generation, slurmv1.ConditionControllerReady, metav1.ConditionTrue, ReasonControllerRunning,
 			fmt.Sprintf("slurmctld pod %s is ready on port %d", pod, controllerPort(c))) {
@@ -185,6 +191,41 @@ func (r *Reconciler) ensureController(ctx context.Context, c *slurmv1.SlurmClust
 		fmt.Sprintf("slurmctld pod %s is not ready", pod))
 	if wasReady {
 		r.Recorder.Eventf(c, nil, v1.EventTypeWarning, wellknown.EventSlurmControllerNotReady, "RunController", "slurmctld pod %s is no longer ready", pod)
+	}
+	return nil
+}
+
+// configApplied sets ConfigApplied from the configuration hash on the slurmctld pod: the
+// configuration it started with, and runs while ready.
+func (r *Reconciler) configApplied(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus, name string) error {
+	p := &v1.Pod{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, p)
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("reading slurmctld pod %s: %w", name, err)
+	}
+	running := ""
+	if err == nil && p.DeletionTimestamp == nil && isReady(p) {
+		running = p.Annotations[wellknown.SlurmConfigHashAnnotation]
+	}
+	switch {
+	case running != "" && running == status.ConfigHash:
+		if status.AppliedConfigHash != running {
+			now := metav1.Now()
+			if status.AppliedConfigHash != "" {
+				status.LastReconfigureTime = &now
+			}
+			r.Recorder.Eventf(c, nil, v1.EventTypeNormal, wellknown.EventSlurmConfigApplied, "ApplyConfig",
+				"slurmctld pod %s runs configuration %s (was %q)", name, running, status.AppliedConfigHash)
+			status.AppliedConfigHash = running
+		}
+		setCondition(status, c.Generation, slurmv1.ConditionConfigApplied, metav1.ConditionTrue, ReasonControllerRunning,
+			fmt.Sprintf("slurmctld runs configuration %s", running))
+	case running != "":
+		setCondition(status, c.Generation, slurmv1.ConditionConfigApplied, metav1.ConditionFalse, ReasonControllerWaiting,
+			fmt.Sprintf("slurmctld runs configuration %s; restarting it with %s", running, status.ConfigHash))
+	default:
+		setCondition(status, c.Generation, slurmv1.ConditionConfigApplied, metav1.ConditionFalse, ReasonControllerWaiting,
+			fmt.Sprintf("slurmctld pod %s is not ready; it will run configuration %s", name, status.ConfigHash))
 	}
 	return nil
 }

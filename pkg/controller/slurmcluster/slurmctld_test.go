@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
+	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
 
 func (f *fixture) statefulSet() *appsv1.StatefulSet {
@@ -98,5 +99,51 @@ func TestControllerBadStateSize(t *testing.T) {
 	c := newCluster()
 	c.Spec.Controller.StateStorage.Size = "lots"
 	sts := &appsv1.StatefulSet{}
-	assert.ErrorContains(t, controllerStatefulSet(c, sts), `controller.stateStorage.size "lots"`)
+	assert.ErrorContains(t, controllerStatefulSet(c, "h", sts), `controller.stateStorage.size "lots"`)
+}
+
+// A new configuration restarts slurmctld through its pod template; ConfigApplied and
+// lastReconfigureTime follow the hash the running pod started with.
+func TestConfigAppliedByRestart(t *testing.T) {
+	f := newFixture(t, newCluster())
+	f.reconcile()
+	hash := f.cluster().Status.ConfigHash
+	require.NotEmpty(t, hash)
+	assert.Equal(t, hash, f.statefulSet().Spec.Template.Annotations[wellknown.SlurmConfigHashAnnotation])
+	assert.Equal(t, metav1.ConditionFalse, condition(f.cluster(), slurmv1.ConditionConfigApplied).Status)
+
+	// The StatefulSet's pod, as kube-controller-manager makes it from the template, ready.
+	runPod := func(h string) {
+		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "hpc", Name: "slurm-controller-0",
+			Annotations: map[string]string{wellknown.SlurmConfigHashAnnotation: h}}}
+		_ = f.kube.Delete(context.Background(), p)
+		require.NoError(t, f.kube.Create(context.Background(), p))
+		f.setReady(p, true)
+	}
+	runPod(hash)
+	f.events()
+	f.reconcile()
+	c := f.cluster()
+	assert.Equal(t, metav1.ConditionTrue, condition(c, slurmv1.ConditionConfigApplied).Status)
+	assert.Equal(t, hash, c.Status.AppliedConfigHash)
+	assert.Nil(t, c.Status.LastReconfigureTime, "the first configuration is no reconfigure")
+	assert.Contains(t, f.events(), "Normal SlurmConfigApplied slurmctld pod slurm-controller-0 runs configuration "+hash+` (was "")`)
+
+	f.update(func(c *slurmv1.SlurmCluster) { c.Spec.Partitions[0].MaxTime = "120" })
+	f.reconcile()
+	newHash := f.cluster().Status.ConfigHash
+	require.NotEqual(t, hash, newHash)
+	assert.Equal(t, newHash, f.statefulSet().Spec.Template.Annotations[wellknown.SlurmConfigHashAnnotation], "the template asks for a restart")
+	cond := condition(f.cluster(), slurmv1.ConditionConfigApplied)
+	assert.Equal(t, metav1.ConditionFalse, cond.Status)
+	assert.Equal(t, "slurmctld runs configuration "+hash+"; restarting it with "+newHash, cond.Message)
+
+	runPod(newHash)
+	f.events()
+	f.reconcile()
+	c = f.cluster()
+	assert.Equal(t, metav1.ConditionTrue, condition(c, slurmv1.ConditionConfigApplied).Status)
+	assert.Equal(t, newHash, c.Status.AppliedConfigHash)
+	assert.NotNil(t, c.Status.LastReconfigureTime)
+	assert.Equal(t, []string{"Normal SlurmConfigApplied slurmctld pod slurm-controller-0 runs configuration " + newHash + ` (was "` + hash + `")`}, f.events())
 }
