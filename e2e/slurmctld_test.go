@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -22,6 +25,35 @@ import (
 	"github.com/kubeslurm/kubeslurm/pkg/slurm"
 )
 
+// clusterToken mints a JWT for the slurm user from the cluster's JWT key Secret.
+func clusterToken(t *testing.T, c *slurmv1.SlurmCluster) string {
+	t.Helper()
+	secret, dataKey := slurmcluster.JWTKeySecret(c)
+	s, err := kube.CoreV1().Secrets(c.Namespace).Get(context.Background(), secret, metav1.GetOptions{})
+	require.NoError(t, err)
+	keyFile := filepath.Join(t.TempDir(), "jwt.key")
+	require.NoError(t, os.WriteFile(keyFile, s.Data[dataKey], 0o600))
+	token, err := slurm.NewTokenSource(keyFile, "slurm", 10*time.Minute).Token()
+	require.NoError(t, err)
+	return token
+}
+
+// restGet GETs url from the cluster's slurmrestd with a minted token.
+func restGet(t *testing.T, c *slurmv1.SlurmCluster, url string) ([]byte, int) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
+	req.Header.Set("X-SLURM-USER-NAME", "slurm")
+	req.Header.Set("X-SLURM-USER-TOKEN", clusterToken(t, c))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, 0
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return body, resp.StatusCode
+}
+
 // slurmCommand runs a Slurm command in a pod of the cluster's slurmctld image, as a user
 // would from a login pod (the cluster's /etc/slurm mounted, as the slurm user), waits for it
 // to end and returns its output (the pod runner's container log) and whether it exited 0.
@@ -30,13 +62,7 @@ import (
 func slurmCommand(t *testing.T, c *slurmv1.SlurmCluster, args ...string) (string, bool) {
 	t.Helper()
 	ctx := context.Background()
-	secret, dataKey := slurmcluster.JWTKeySecret(c)
-	s, err := kube.CoreV1().Secrets(c.Namespace).Get(ctx, secret, metav1.GetOptions{})
-	require.NoError(t, err)
-	keyFile := filepath.Join(t.TempDir(), "jwt.key")
-	require.NoError(t, os.WriteFile(keyFile, s.Data[dataKey], 0o600))
-	token, err := slurm.NewTokenSource(keyFile, "slurm", 10*time.Minute).Token()
-	require.NoError(t, err)
+	token := clusterToken(t, c)
 	name := fmt.Sprintf("slurm-cmd-%d", time.Now().UnixNano()%1_000_000_000)
 	pod := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name},
@@ -51,7 +77,7 @@ func slurmCommand(t *testing.T, c *slurmv1.SlurmCluster, args ...string) (string
 			Volumes: []v1.Volume{slurmcluster.ConfigVolume(c)},
 		},
 	}
-	_, err = kube.CoreV1().Pods(c.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	_, err := kube.CoreV1().Pods(c.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	require.NoError(t, err)
 	var phase v1.PodPhase
 	eventually(t, 60*time.Second, "pod "+name+" ("+strings.Join(args, " ")+") ended", func() bool {
@@ -107,6 +133,17 @@ func TestSlurmClusterRunsSlurm(t *testing.T) {
 	eventually(t, 60*time.Second, "sinfo lists the worker idle", func() bool {
 		out, ok = slurmCommand(t, c, "/usr/bin/sinfo", "-h", "-N", "-o", "%N %P %t %f")
 		return ok && strings.Contains(out, runnerNode+" main* idle runner,local")
+	})
+
+	// slurmrestd answers a token minted from the cluster's JWT key.
+	var nodes struct {
+		Nodes []struct {
+			Name string `json:"name"`
+		} `json:"nodes"`
+	}
+	eventually(t, 60*time.Second, "slurmrestd lists the worker", func() bool {
+		body, code := restGet(t, c, "http://127.0.0.1:6920/slurm/v0.0.44/nodes")
+		return code == http.StatusOK && json.Unmarshal(body, &nodes) == nil && len(nodes.Nodes) == 1 && nodes.Nodes[0].Name == runnerNode
 	})
 
 	submit := func(args ...string) string {

@@ -101,6 +101,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&v1.ConfigMap{}).
 		Owns(&v1.Service{}).
 		Owns(&appsv1.StatefulSet{}).
+		Owns(&appsv1.Deployment{}).
 		Owns(&v1.Pod{}).
 		// DaemonSet-mode NodeSets follow the nodes their selectors match.
 		Watches(&v1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allClusters), builder.WithPredicates(predicate.LabelChangedPredicate{})).
@@ -125,6 +126,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if err := r.ensureController(ctx, c, status); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.ensureRestAPI(ctx, c, status); err != nil {
 		return ctrl.Result{}, err
 	}
 	want, err := r.desiredWorkerList(ctx, c)
