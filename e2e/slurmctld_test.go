@@ -70,7 +70,7 @@ func slurmCommand(t *testing.T, c *slurmv1.SlurmCluster, args ...string) (string
 			RestartPolicy:   v1.RestartPolicyNever,
 			SecurityContext: slurmcluster.SlurmPodSecurity(),
 			Containers: []v1.Container{{
-				Name: "cmd", Image: slurmcluster.DefaultControllerImage, Command: args,
+				Name: "cmd", Image: slurmcluster.DefaultControllerImage, Command: args, WorkingDir: "/tmp",
 				Env:          []v1.EnvVar{{Name: "SLURM_JWT", Value: token}},
 				VolumeMounts: []v1.VolumeMount{{Name: "config", MountPath: "/etc/slurm", ReadOnly: true}},
 			}},
@@ -147,7 +147,7 @@ func TestSlurmClusterRunsSlurm(t *testing.T) {
 	})
 
 	submit := func(args ...string) string {
-		out, ok := slurmCommand(t, c, append([]string{"/usr/bin/sbatch", "--partition", "main"}, args...)...)
+		out, ok := slurmCommand(t, c, append([]string{"/usr/bin/sbatch", "--partition", "main", "--chdir", "/tmp", "--output", "/dev/null"}, args...)...)
 		require.True(t, ok, out)
 		m := regexp.MustCompile(`Submitted batch job (\d+)`).FindStringSubmatch(out)
 		require.NotNil(t, m, out)

@@ -131,6 +131,7 @@ func workerPod(c *slurmv1.SlurmCluster, w worker) *v1.Pod {
 				VolumeMounts: []v1.VolumeMount{
 					{Name: "key", MountPath: slurmconf.ConfigDir, ReadOnly: true},
 					{Name: "spool", MountPath: "/var/spool/slurmd"},
+					{Name: "run", MountPath: "/run/slurmd"},
 				},
 			}},
 			Volumes: []v1.Volume{
@@ -138,6 +139,7 @@ func workerPod(c *slurmv1.SlurmCluster, w worker) *v1.Pod {
 					SecretName: keySecret, DefaultMode: ptr[int32](0o400), Items: []v1.KeyToPath{{Key: key, Path: SlurmKeyName}},
 				}}},
 				{Name: "spool", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+				{Name: "run", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
 			},
 		},
 	}
