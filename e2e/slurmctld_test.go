@@ -18,6 +18,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
@@ -174,10 +175,18 @@ func TestSlurmClusterRunsSlurm(t *testing.T) {
 
 	// Issue 5, test 2: a partition change in the spec reaches slurmctld (an in-place restart
 	// of its pod with the new configuration) while the job keeps running.
+	update := func(mutate func(*slurmv1.SlurmCluster)) {
+		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := kc.Get(ctx, key, c); err != nil {
+				return err
+			}
+			mutate(c)
+			return kc.Update(ctx, c)
+		}))
+	}
 	applied := c.Status.AppliedConfigHash
 	require.NotEmpty(t, applied)
-	c.Spec.Partitions[0].MaxTime = "2:00:00"
-	require.NoError(t, kc.Update(ctx, c))
+	update(func(c *slurmv1.SlurmCluster) { c.Spec.Partitions[0].MaxTime = "2:00:00" })
 	eventually(t, 180*time.Second, "the new configuration applied", func() bool {
 		return kc.Get(ctx, key, c) == nil && c.Status.AppliedConfigHash != applied &&
 			c.Status.AppliedConfigHash == c.Status.ConfigHash && c.Status.LastReconfigureTime != nil &&
@@ -193,8 +202,7 @@ func TestSlurmClusterRunsSlurm(t *testing.T) {
 	ctld, err := kube.CoreV1().Pods(ns).Get(ctx, "slurm-controller-0", metav1.GetOptions{})
 	require.NoError(t, err)
 	applied = c.Status.AppliedConfigHash
-	c.Spec.ExtraConfig = "SlurmctldHost=elsewhere"
-	require.NoError(t, kc.Update(ctx, c))
+	update(func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "SlurmctldHost=elsewhere" })
 	eventually(t, 30*time.Second, "ConfigValid False", func() bool {
 		return kc.Get(ctx, key, c) == nil && meta.IsStatusConditionFalse(c.Status.Conditions, slurmv1.ConditionConfigValid)
 	})
