@@ -396,3 +396,8 @@ func (c *SlurmCluster) SlurmClusterName() string {
 	}
 	return c.Name
 }
+
+// ComputeDomainEnabled says whether spec.computeDomain asks for a ComputeDomain.
+func (c *SlurmCluster) ComputeDomainEnabled() bool {
+	return c.Spec.ComputeDomain != nil && c.Spec.ComputeDomain.Enabled
+}
