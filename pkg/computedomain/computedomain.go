@@ -123,9 +123,13 @@ func ReadStatus(u *unstructured.Unstructured) (Status, error) {
 	if s.Status, _, err = unstructured.NestedString(u.Object, "status", "status"); err != nil {
 		return s, fmt.Errorf("status.status: %w", err)
 	}
-	nodes, _, err := unstructured.NestedSlice(u.Object, "status", "nodes")
+	raw, _, err := unstructured.NestedFieldNoCopy(u.Object, "status", "nodes")
 	if err != nil {
 		return s, fmt.Errorf("status.nodes: %w", err)
+	}
+	nodes, ok := raw.([]any)
+	if raw != nil && !ok {
+		return s, fmt.Errorf("status.nodes is %T, not a list", raw)
 	}
 	for i, n := range nodes {
 		m, ok := n.(map[string]any)

@@ -55,6 +55,8 @@ func TestReadStatus(t *testing.T) {
 	}{
 		{name: "none yet", status: nil, want: Status{}},
 		{name: "not ready, no nodes", status: map[string]any{"status": "NotReady"}, want: Status{Status: "NotReady"}},
+		{name: "nodes null", status: map[string]any{"status": "NotReady", "nodes": nil}, want: Status{Status: "NotReady"}},
+		{name: "nodes not a list", status: map[string]any{"nodes": "node-1"}, wantErr: "not a list"},
 		{name: "nodes sorted", status: map[string]any{"status": "Ready", "nodes": []any{
 			map[string]any{"name": "node-3", "ipAddress": "10.0.0.3", "cliqueID": "a.1", "index": int64(1), "status": "Ready"},
 			map[string]any{"name": "node-1", "ipAddress": "10.0.0.1", "cliqueID": "a.1", "index": int64(0), "status": "Ready"},

@@ -16,4 +16,11 @@ const (
 	// EventSlurmKeyRegenerated: a generated key Secret was deleted and a new key made.
 	EventSlurmKeyRegenerated = "SlurmKeyRegenerated"
 	EventSlurmKeyMissing     = "SlurmKeyMissing"
+	// EventComputeDomainCreated: the ComputeDomain of spec.computeDomain was created.
+	EventComputeDomainCreated = "ComputeDomainCreated"
+	// EventComputeDomainCRDMissing: the API server does not serve NVIDIA's ComputeDomain.
+	EventComputeDomainCRDMissing = "ComputeDomainCRDMissing"
+	// EventComputeDomainMismatch: a ComputeDomain of that name is not ours, or its
+	// (immutable) spec differs from spec.computeDomain; it is left as it is.
+	EventComputeDomainMismatch = "ComputeDomainMismatch"
 )
