@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -143,12 +144,14 @@ func TestComputeDomainFollowsWorkers(t *testing.T) {
 }
 
 // A worker pod given the channel claim by computedomain.AddChannelClaim is what the real API
-// server accepts: the claim from the domain's template, used by the container.
+// server accepts, and what Kubernetes' DRA claim controller acts on: with the channel's
+// ResourceClaimTemplate in place (NVIDIA's driver makes it; here the test does), the pod
+// gets its own ResourceClaim from it.
 func TestComputeDomainChannelClaimPod(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
+	// Never scheduled: no scheduler has this name (no NVIDIA driver would allocate it).
 	p := newPod(ns, "worker")
-	// Never scheduled: no scheduler has this name; the template does not exist either.
 	p.Spec.SchedulerName = "kubeslurm-e2e-unscheduled"
 	require.NoError(t, computedomain.AddChannelClaim(&p.Spec, "nvl72-channel"))
 	got, err := kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
@@ -159,6 +162,28 @@ func TestComputeDomainChannelClaimPod(t *testing.T) {
 	for _, ctr := range got.Spec.Containers {
 		assert.Equal(t, []v1.ResourceClaim{{Name: computedomain.ChannelClaimName}}, ctr.Resources.Claims, ctr.Name)
 	}
+
+	_, err = kube.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, &resourcev1.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: "nvl72-channel"},
+		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+			Requests: []resourcev1.DeviceRequest{{Name: "channel", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "compute-domain-default-channel.nvidia.com"}}},
+		}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	var claim string
+	eventually(t, 60*time.Second, "the pod's channel ResourceClaim made from the template", func() bool {
+		for _, s := range getPod(t, ns, "worker").Status.ResourceClaimStatuses {
+			if s.Name == computedomain.ChannelClaimName && s.ResourceClaimName != nil {
+				claim = *s.ResourceClaimName
+				return true
+			}
+		}
+		return false
+	})
+	rc, err := kube.ResourceV1().ResourceClaims(ns).Get(ctx, claim, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "compute-domain-default-channel.nvidia.com", rc.Spec.Devices.Requests[0].Exactly.DeviceClassName)
+	assert.True(t, metav1.IsControlledBy(rc, got), "the claim belongs to the pod")
 }
 
 // Without the ComputeDomain CRD (no NVIDIA driver) a SlurmCluster asking for a domain says
