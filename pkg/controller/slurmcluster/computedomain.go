@@ -32,6 +32,7 @@ const (
 	ReasonComputeDomainNotOurs     = "ComputeDomainNotOurs"
 	ReasonComputeDomainSpecDiffers = "ComputeDomainSpecDiffers"
 	ReasonComputeDomainUnreadable  = "ComputeDomainUnreadable"
+	ReasonComputeDomainDeleting    = "ComputeDomainDeleting"
 	computeDomainSuffix            = "-compute-domain"
 	computeDomainChannelSuffix     = "-compute-domain-channel"
 )
@@ -104,6 +105,13 @@ func (r *Reconciler) ensureComputeDomain(ctx context.Context, c *slurmv1.SlurmCl
 		status.ComputeDomain = nil
 		r.computeDomainProblem(c, cd, status, ReasonComputeDomainNotOurs,
 			fmt.Sprintf("ComputeDomain %s exists and is not this SlurmCluster's; it is left as it is", name))
+		return true, nil
+	}
+	if cd.GetDeletionTimestamp() != nil {
+		// NVIDIA's driver holds a domain with a finalizer until its pods are gone.
+		status.ComputeDomain = nil
+		setCondition(status, c.Generation, slurmv1.ConditionComputeDomainReady, metav1.ConditionFalse, ReasonComputeDomainDeleting,
+			fmt.Sprintf("ComputeDomain %s is being deleted; it is created anew once it is gone", name))
 		return true, nil
 	}
 	st, stErr := computedomain.ReadStatus(cd)

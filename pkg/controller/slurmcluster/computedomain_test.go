@@ -300,3 +300,18 @@ func TestComputeDomainDisabled(t *testing.T) {
 	assert.Equal(t, before, *writes, "left in place: pods may still hold its channel")
 	f.computeDomain()
 }
+
+func TestComputeDomainBeingDeleted(t *testing.T) {
+	c := cdCluster()
+	cd := computedomain.New("hpc", "slurm-compute-domain", ComputeDomainSpec(c))
+	cd.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: slurmv1.GroupVersion.String(), Kind: "SlurmCluster", Name: "slurm", UID: "uid-1", Controller: ptr(true)}})
+	cd.SetFinalizers([]string{"resource.nvidia.com/computeDomain"})
+	now := metav1.Now()
+	cd.SetDeletionTimestamp(&now)
+	f, writes := cdFixture(t, true, interceptor.Funcs{}, c, cd)
+	f.reconcile()
+	cond := condition(f.cluster(), slurmv1.ConditionComputeDomainReady)
+	assert.Equal(t, ReasonComputeDomainDeleting, cond.Reason)
+	assert.Nil(t, f.cluster().Status.ComputeDomain)
+	assert.Zero(t, *writes)
+}
