@@ -130,7 +130,7 @@ func TestSlurmClusterKeysAndConfig(t *testing.T) {
 		"-n", ns, "get", "slurmcluster", "slurm")
 	require.NoError(t, err, out)
 	t.Logf("kubectl get slurmcluster:\n%s", out)
-	assert.Regexp(t, `(?m)^NAME\s+READY\s+WORKERS\s+NODES\s+CONFIG\s+KEYS\s+RECONFIGURED\s+AGE$`, out)
+	assert.Regexp(t, `(?m)^NAME\s+READY\s+WORKERS\s+NODES\s+CONFIG\s+KEYS\s+DOMAIN\s+RECONFIGURED\s+AGE$`, out)
 	assert.Regexp(t, `(?m)^slurm\s+0\s+\d+\s+(<none>\s+)?False\s+True\s+`, out)
 
 	// The keys were never rotated through all this.
@@ -146,11 +146,17 @@ func TestSlurmClusterKeysAndConfig(t *testing.T) {
 // clusterEvents is the notes of the events with the reason on SlurmCluster "slurm".
 func clusterEvents(t *testing.T, ns, reason string) string {
 	t.Helper()
+	return namedClusterEvents(t, ns, "slurm", reason)
+}
+
+// namedClusterEvents is the notes of the events with the reason on a SlurmCluster.
+func namedClusterEvents(t *testing.T, ns, name, reason string) string {
+	t.Helper()
 	list, err := kube.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
 	require.NoError(t, err)
 	var notes []string
 	for _, e := range list.Items {
-		if e.Regarding.Kind == "SlurmCluster" && e.Regarding.Name == "slurm" && e.Reason == reason {
+		if e.Regarding.Kind == "SlurmCluster" && e.Regarding.Name == name && e.Reason == reason {
 			notes = append(notes, e.Note)
 		}
 	}

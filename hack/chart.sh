@@ -4,6 +4,7 @@
 #   manifests/kubeslurm.yaml       the chart with hack/chart/manifests-values.yaml (for kubectl users)
 #   manifests/local/rbac.yaml      the chart's namespace and RBAC, and
 #   manifests/local/webhook.yaml   its webhook objects, with hack/chart/local-values.yaml (the local cluster)
+#   manifests/local/computedomain-crd.yaml  its stand-in of NVIDIA's ComputeDomain CRD, likewise
 #   hack/chart/golden/<case>.yaml  the chart with hack/chart/golden/<case>.values.yaml (golden files)
 # and `helm lint` of every golden case. --check (make unit) fails when a file differs from its
 # rendering; UPDATE_GOLDEN=1 makes --check write them instead.
@@ -55,6 +56,10 @@ out manifests/local/webhook.yaml "$gen
 # kubeslurm's admission webhook on the local cluster (deploy/local/up.sh applies this): the
 # controller is a host process serving https://127.0.0.1:9443 (--webhook-port) and keeps the
 # certificate Secret and the caBundles below itself (pkg/webhook)." "$r"
+r=$(render kubeslurm-system hack/chart/local-values.yaml -s templates/computedomain-crd.yaml)
+out manifests/local/computedomain-crd.yaml "$gen
+# A hand-written stand-in of NVIDIA's ComputeDomain CRD for the local cluster, which has no NVIDIA
+# DRA driver (deploy/local/up.sh applies this; docs/topology.md, \"ComputeDomains\")." "$r"
 for values in hack/chart/golden/*.values.yaml; do
   name=$(basename "$values" .values.yaml)
   "$helm" lint --quiet --strict "$chart" --kube-version "$K8S_VERSION" -f "$values" >/dev/null ||

@@ -75,6 +75,46 @@ type SlurmClusterSpec struct {
 	// +kubebuilder:validation:MaxLength=16384
 	// +optional
 	CgroupExtraConfig string `json:"cgroupExtraConfig,omitempty"`
+
+	// ComputeDomain is one NVIDIA NVLink ComputeDomain (resource.nvidia.com, NVIDIA's DRA
+	// driver for GPUs) for the cluster's workers, and Slurm's switch/nvidia_imex plugin.
+	// docs/topology.md, "ComputeDomains".
+	// +optional
+	ComputeDomain *ComputeDomainSpec `json:"computeDomain,omitempty"`
+}
+
+// ComputeDomainAllocationMode is how many IMEX channels a worker's claim gets.
+// +kubebuilder:validation:Enum=Single;All
+type ComputeDomainAllocationMode string
+
+const (
+	ComputeDomainSingleChannel ComputeDomainAllocationMode = "Single"
+	ComputeDomainAllChannels   ComputeDomainAllocationMode = "All"
+)
+
+// ComputeDomainSpec is the ComputeDomain kubeslurm keeps in the cluster's namespace, with
+// numNodes 0: NVIDIA's driver adds a node when a pod claiming the domain's channel runs
+// there and removes it when the last such pod is gone. The ComputeDomain's spec is
+// immutable, so a later change of name, template or mode here is reported, not applied.
+type ComputeDomainSpec struct {
+	// Enabled makes the controller keep the ComputeDomain and renders
+	// SwitchType=switch/nvidia_imex into slurm.conf.
+	Enabled bool `json:"enabled"`
+	// Name of the ComputeDomain. Empty: <cluster>-compute-domain.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`
+	// +optional
+	Name string `json:"name,omitempty"`
+	// ResourceClaimTemplateName is the channel's ResourceClaimTemplate, which NVIDIA's
+	// driver creates and the workers' pods claim. Empty: <cluster>-compute-domain-channel.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$`
+	// +optional
+	ResourceClaimTemplateName string `json:"resourceClaimTemplateName,omitempty"`
+	// AllocationMode: Single (default) IMEX channel per claim, or All.
+	// +kubebuilder:default=Single
+	// +optional
+	AllocationMode ComputeDomainAllocationMode `json:"allocationMode,omitempty"`
 }
 
 // AuthSpec references the keys of auth/slurm and auth/jwt.
@@ -268,7 +308,27 @@ const (
 	// ConditionConfigApplied: slurmctld runs the configuration in the ConfigMap. False while
 	// it restarts with a new one (or cannot: the message says why).
 	ConditionConfigApplied = "ConfigApplied"
+	// ConditionComputeDomainReady: the ComputeDomain exists as the spec asks and NVIDIA's
+	// driver reports it Ready. Absent while spec.computeDomain is not enabled.
+	ConditionComputeDomainReady = "ComputeDomainReady"
 )
+
+// ComputeDomainStatus is the cluster's ComputeDomain as NVIDIA's driver reports it.
+type ComputeDomainStatus struct {
+	// Name of the ComputeDomain.
+	Name string `json:"name"`
+	// ResourceClaimTemplateName is the channel template the workers' pods claim.
+	ResourceClaimTemplateName string `json:"resourceClaimTemplateName"`
+	// Status is the ComputeDomain's status.status (Ready, NotReady; empty before the
+	// driver wrote it).
+	// +optional
+	Status string `json:"status,omitempty"`
+	// NodeCount is the number of nodes in the domain.
+	NodeCount int32 `json:"nodeCount"`
+	// Nodes in the domain (its status.nodes), sorted.
+	// +optional
+	Nodes []string `json:"nodes,omitempty"`
+}
 
 // NodeStateSummary counts the cluster's Slurm nodes by state.
 type NodeStateSummary struct {
@@ -284,7 +344,7 @@ type SlurmClusterStatus struct {
 	// ObservedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: ConfigValid, KeysReady, ControllerReady, ConfigApplied.
+	// Conditions: ConfigValid, KeysReady, ControllerReady, ConfigApplied, ComputeDomainReady.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -318,6 +378,9 @@ type SlurmClusterStatus struct {
 	// NodeSummary is Nodes in one line for kubectl get (e.g. "idle=3 alloc=1").
 	// +optional
 	NodeSummary string `json:"nodeSummary,omitempty"`
+	// ComputeDomain is the ComputeDomain of spec.computeDomain as last read.
+	// +optional
+	ComputeDomain *ComputeDomainStatus `json:"computeDomain,omitempty"`
 }
 
 // SlurmCluster is a Slurm cluster run by kubeslurm.
@@ -331,6 +394,7 @@ type SlurmClusterStatus struct {
 // +kubebuilder:printcolumn:name="Nodes",type=string,JSONPath=`.status.nodeSummary`
 // +kubebuilder:printcolumn:name="Config",type=string,JSONPath=`.status.conditions[?(@.type=="ConfigValid")].status`
 // +kubebuilder:printcolumn:name="Keys",type=string,JSONPath=`.status.conditions[?(@.type=="KeysReady")].status`
+// +kubebuilder:printcolumn:name="Domain",type=integer,JSONPath=`.status.computeDomain.nodeCount`
 // +kubebuilder:printcolumn:name="Reconfigured",type=date,JSONPath=`.status.lastReconfigureTime`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type SlurmCluster struct {
@@ -359,4 +423,9 @@ func (c *SlurmCluster) SlurmClusterName() string {
 		return c.Spec.ClusterName
 	}
 	return c.Name
+}
+
+// ComputeDomainEnabled says whether spec.computeDomain asks for a ComputeDomain.
+func (c *SlurmCluster) ComputeDomainEnabled() bool {
+	return c.Spec.ComputeDomain != nil && c.Spec.ComputeDomain.Enabled
 }

@@ -137,7 +137,7 @@ func newCommand() *cobra.Command {
 	f.StringVar(&o.dcgmJobMappingDir, "dcgm-job-mapping-dir", dcgmjobmap.DefaultDir,
 		"directory on the GPU nodes the job mapping scripts write to (dcgm-exporter's --hpc-job-mapping-dir)")
 	f.BoolVar(&o.slurmClusters, "enable-slurmcluster", false,
-		"reconcile SlurmCluster objects: generate their key Secrets and render their slurm.conf into a ConfigMap (the daemons are not run yet)")
+		"reconcile SlurmCluster objects: generate their key Secrets, render their slurm.conf into a ConfigMap and keep their NVIDIA ComputeDomain (the daemons are not run yet)")
 	for _, name := range []string{"slurmrestd-url", "slurm-jwt-key-file"} {
 		_ = cmd.MarkFlagRequired(name)
 	}

@@ -55,6 +55,8 @@ comp_start kwok
 
 step "CRDs of the workloads kubeslurm groups (manifests/crds)"
 kc apply -f "$REPO/manifests/crds/" | sed 's/^/    /'
+step "stand-in of NVIDIA's ComputeDomain CRD (manifests/local/computedomain-crd.yaml; no NVIDIA driver here)"
+kc apply -f "$REPO/manifests/local/computedomain-crd.yaml" | sed 's/^/    /'
 step "JobSet $JOBSET_VERSION and LeaderWorkerSet $LWS_VERSION: CRDs from their modules, controllers, webhooks"
 # Server-side: these CRDs are larger than client-side apply's last-applied annotation allows.
 kc apply --server-side --force-conflicts \
@@ -172,6 +174,9 @@ check_can "$c" no list secrets -n "$SLURM_NS"
 check_can "$c" yes update secrets/kubeslurm-webhook-cert -n "$SLURM_NS"
 check_can "$c" yes update validatingwebhookconfigurations/kubeslurm
 check_can "$c" no update validatingwebhookconfigurations/other
+check_can "$c" yes create computedomains.resource.nvidia.com -n default
+check_can "$c" no update computedomains.resource.nvidia.com -n default
+check_can "$c" no delete computedomains.resource.nvidia.com -n default
 check_can "$c" no '*' '*'
 info "service-account kubeconfigs work and are not admin"
 

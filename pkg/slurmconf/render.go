@@ -7,7 +7,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -95,7 +97,12 @@ func Validate(c *slurmv1.SlurmCluster) error {
 			return fmt.Errorf("accounting.database.host: %w", err)
 		}
 	}
-	if err := ValidateExtra(c.Spec.ExtraConfig); err != nil {
+	reserved := reservedSlurmConf
+	if c.ComputeDomainEnabled() {
+		// SwitchType is then ours: switch/nvidia_imex.
+		reserved = keySet(append(slices.Collect(maps.Keys(reservedSlurmConf)), "SwitchType")...)
+	}
+	if err := validateLines(c.Spec.ExtraConfig, reserved); err != nil {
 		return fmt.Errorf("extraConfig: %w", err)
 	}
 	if err := ValidateCgroupExtra(c.Spec.CgroupExtraConfig); err != nil {
@@ -174,6 +181,11 @@ func renderSlurmConf(c *slurmv1.SlurmCluster) string {
 		line("TaskPlugin=task/cgroup,task/affinity")
 	}
 	line("MpiDefault=none")
+	if c.ComputeDomainEnabled() {
+		line("")
+		line("# spec.computeDomain: each job gets its own IMEX channel of the NVLink ComputeDomain.")
+		line("SwitchType=switch/nvidia_imex")
+	}
 	if a := c.Spec.Accounting; a != nil {
 		p := a.Port
 		if p == 0 {

@@ -3,6 +3,7 @@ package slurmconf
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -43,6 +44,7 @@ func TestRenderGolden(t *testing.T) {
 		{"minimal", slurmv1.SlurmClusterSpec{}},
 		{"full", full()},
 		{"linuxproc", slurmv1.SlurmClusterSpec{ProcessTracking: slurmv1.ProcessTrackingLinuxProc}},
+		{"computedomain", slurmv1.SlurmClusterSpec{ComputeDomain: &slurmv1.ComputeDomainSpec{Enabled: true}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			files, err := Render(cluster(tc.spec))
@@ -122,6 +124,10 @@ func TestRenderRefusesInjection(t *testing.T) {
 		{"unknown nodeset", func(s *slurmv1.SlurmClusterSpec) { s.Partitions[1].NodeSets = []string{"nope"} }, "not in spec.nodeSets"},
 		{"two defaults", func(s *slurmv1.SlurmClusterSpec) { s.Partitions[1].Default = true }, "at most one"},
 		{"bad maxTime", func(s *slurmv1.SlurmClusterSpec) { s.Partitions[1].MaxTime = "1h" }, "maxTime"},
+		{"SwitchType while the ComputeDomain sets it", func(s *slurmv1.SlurmClusterSpec) {
+			s.ComputeDomain = &slurmv1.ComputeDomainSpec{Enabled: true}
+			s.ExtraConfig = "switchtype=switch/hpe_slingshot"
+		}, "switchtype is set by kubeslurm"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := full()
@@ -143,6 +149,7 @@ func TestValidateExtraAccepts(t *testing.T) {
 		"  NodeName=n1 CPUs=4 RealMemory=1000\tState=FUTURE  ",
 		"PriorityWeightTRES=CPU=1000,Mem=2000,GRES/gpu=3000",
 		"SlurmctldTimeout=120\nMessageTimeout=20",
+		"SwitchType=switch/hpe_slingshot", // ours only with spec.computeDomain
 	} {
 		assert.NoError(t, ValidateExtra(text), "%q", text)
 	}
@@ -160,4 +167,23 @@ func TestHashFollowsContent(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEqual(t, a.Hash(), c.Hash())
 	assert.Contains(t, c[SlurmConfFile], "PartitionName=gpu Nodes=gpu MaxTime=60 State=UP PriorityTier=2\n")
+}
+
+// SwitchType comes with an enabled ComputeDomain only.
+func TestRenderSwitchType(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cd   *slurmv1.ComputeDomainSpec
+		want bool
+	}{
+		{"no computeDomain", nil, false},
+		{"disabled", &slurmv1.ComputeDomainSpec{Enabled: false, Name: "cd"}, false},
+		{"enabled", &slurmv1.ComputeDomainSpec{Enabled: true}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			files, err := Render(cluster(slurmv1.SlurmClusterSpec{ComputeDomain: tc.cd}))
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, strings.Contains(files[SlurmConfFile], "\nSwitchType=switch/nvidia_imex\n"))
+		})
+	}
 }

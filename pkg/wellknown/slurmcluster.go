@@ -26,4 +26,11 @@ const (
 	EventSlurmConfigApplied = "SlurmConfigApplied"
 	// EventSlurmWorkerRemoved: a slurmd worker pod was deleted (scale-in, node gone, update).
 	EventSlurmWorkerRemoved = "SlurmWorkerRemoved"
+	// EventComputeDomainCreated: the ComputeDomain of spec.computeDomain was created.
+	EventComputeDomainCreated = "ComputeDomainCreated"
+	// EventComputeDomainCRDMissing: the API server does not serve NVIDIA's ComputeDomain.
+	EventComputeDomainCRDMissing = "ComputeDomainCRDMissing"
+	// EventComputeDomainMismatch: a ComputeDomain of that name is not ours, or its
+	// (immutable) spec differs from spec.computeDomain; it is left as it is.
+	EventComputeDomainMismatch = "ComputeDomainMismatch"
 )

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
+	"github.com/kubeslurm/kubeslurm/pkg/computedomain"
 	"github.com/kubeslurm/kubeslurm/pkg/slurmconf"
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
@@ -98,8 +99,9 @@ func slurmdArgs(c *slurmv1.SlurmCluster, w worker) []string {
 
 // workerPod is the desired pod of a worker. slurmd runs as root (SlurmdUser): it starts
 // jobs as their users. Its /etc/slurm holds the auth/slurm key alone; the configuration
-// comes from slurmctld.
-func workerPod(c *slurmv1.SlurmCluster, w worker) *v1.Pod {
+// comes from slurmctld. With spec.computeDomain, slurmd claims the domain's IMEX channel,
+// which makes NVIDIA's driver add the worker's node to the domain.
+func workerPod(c *slurmv1.SlurmCluster, w worker) (*v1.Pod, error) {
 	image := w.set.Image
 	if image == "" {
 		image = DefaultWorkerImage
@@ -143,8 +145,13 @@ func workerPod(c *slurmv1.SlurmCluster, w worker) *v1.Pod {
 			},
 		},
 	}
+	if c.ComputeDomainEnabled() {
+		if err := computedomain.AddChannelClaim(&pod.Spec, ComputeDomainSpec(c).ResourceClaimTemplateName, componentSlurmd); err != nil {
+			return nil, err
+		}
+	}
 	pod.Annotations[workerSpecAnnotation] = specHash(pod.Spec)
-	return pod
+	return pod, nil
 }
 
 // trimHostname keeps a hostname within the 63 characters a pod's may have.
@@ -182,7 +189,10 @@ func (r *Reconciler) ensureWorkers(ctx context.Context, c *slurmv1.SlurmCluster,
 	}
 	desired := map[string]*v1.Pod{}
 	for _, w := range want {
-		p := workerPod(c, w)
+		p, err := workerPod(c, w)
+		if err != nil {
+			return 0, fmt.Errorf("worker pod of %s: %w", w.slurm, err)
+		}
 		desired[p.Name] = p
 	}
 	// Workers out of Slurm now: missing, going or not ready.

@@ -131,6 +131,24 @@ func TestWorkerUpdateOneAtATime(t *testing.T) {
 	assert.Len(t, f.workers(), 2, "the next one goes once the new pod is ready")
 }
 
+// With spec.computeDomain, slurmd claims the domain's channel (NVIDIA's driver then adds
+// the worker's node to the domain).
+func TestWorkerClaimsTheComputeDomainChannel(t *testing.T) {
+	c := newCluster()
+	set := &slurmv1.NodeSetSpec{Name: "gpu"}
+	p, err := workerPod(c, worker{set: set, slurm: "n1", kubeNode: "n1"})
+	require.NoError(t, err)
+	assert.Empty(t, p.Spec.ResourceClaims)
+
+	c.Spec.ComputeDomain = &slurmv1.ComputeDomainSpec{Enabled: true}
+	p, err = workerPod(c, worker{set: set, slurm: "n1", kubeNode: "n1"})
+	require.NoError(t, err)
+	require.Len(t, p.Spec.ResourceClaims, 1)
+	assert.Equal(t, "slurm-compute-domain-channel", *p.Spec.ResourceClaims[0].ResourceClaimTemplateName)
+	require.Len(t, p.Spec.Containers[0].Resources.Claims, 1)
+	assert.Equal(t, p.Spec.ResourceClaims[0].Name, p.Spec.Containers[0].Resources.Claims[0].Name)
+}
+
 func TestWorkerPodName(t *testing.T) {
 	c := newCluster()
 	set := &slurmv1.NodeSetSpec{Name: "gpu"}

@@ -1,9 +1,10 @@
 // Package slurmcluster reconciles a SlurmCluster's configuration: the auth/slurm and
 // auth/jwt key Secrets (generated once when the spec names none, never rotated) and the
-// ConfigMap with slurm.conf and cgroup.conf rendered from the spec (pkg/slurmconf). A spec
-// that does not render (refused user config) sets ConfigValid False with the reason and
-// leaves the last good ConfigMap in place. It runs slurmctld as a StatefulSet of one pod
-// behind a headless Service (slurmctld.go).
+// ConfigMap with slurm.conf and cgroup.conf rendered from the spec (pkg/slurmconf), and the
+// NVIDIA ComputeDomain of spec.computeDomain (computedomain.go). A spec that does not render
+// (refused user config) sets ConfigValid False with the reason and leaves the last good
+// ConfigMap in place. It runs slurmctld as a StatefulSet of one pod behind a headless
+// Service (slurmctld.go), slurmrestd (restapi.go) and the NodeSets' slurmd pods (nodeset.go).
 package slurmcluster
 
 import (
@@ -124,6 +125,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if err := r.ensureConfig(ctx, c, status); err != nil {
 		return ctrl.Result{}, err
+	}
+	// After the configuration: a ComputeDomain problem must not hold slurm.conf back.
+	if poll, err := r.ensureComputeDomain(ctx, c, status); err != nil {
+		return ctrl.Result{}, err
+	} else if poll && (result.RequeueAfter == 0 || computeDomainPoll < result.RequeueAfter) {
+		result.RequeueAfter = computeDomainPoll
 	}
 	if err := r.ensureController(ctx, c, status); err != nil {
 		return ctrl.Result{}, err
