@@ -130,7 +130,7 @@ func TestSlurmClusterKeysAndConfig(t *testing.T) {
 		"-n", ns, "get", "slurmcluster", "slurm")
 	require.NoError(t, err, out)
 	t.Logf("kubectl get slurmcluster:\n%s", out)
-	assert.Regexp(t, `(?m)^NAME\s+READY\s+WORKERS\s+NODES\s+CONFIG\s+KEYS\s+DOMAIN\s+RECONFIGURED\s+AGE$`, out)
+	assert.Regexp(t, `(?m)^NAME\s+CONTROLLER\s+READY\s+WORKERS\s+NODES\s+CONFIG\s+KEYS\s+DOMAIN\s+RECONFIGURED\s+AGE$`, out)
 	assert.Regexp(t, `(?m)^slurm\s+0\s+\d+\s+(<none>\s+)?False\s+True\s+`, out)
 
 	// The keys were never rotated through all this.
