@@ -130,8 +130,8 @@ func TestComputeDomainFollowsWorkers(t *testing.T) {
 		"-n", ns, "get", "slurmcluster", "gpu")
 	require.NoError(t, err, out)
 	t.Logf("kubectl get slurmcluster:\n%s", out)
-	assert.Regexp(t, `(?m)^NAME\s+READY\s+WORKERS\s+NODES\s+CONFIG\s+KEYS\s+DOMAIN\s+RECONFIGURED\s+AGE$`, out)
-	assert.Regexp(t, `(?m)^gpu\s+0\s+\d+\s+(<none>\s+)?True\s+True\s+1\s+`, out)
+	assert.Regexp(t, slurmClusterColumns, out)
+	assert.Regexp(t, `(?m)^gpu\s+False\s+0\s+\d+\s+(<none>\s+)?True\s+True\s+1\s+`, out)
 
 	cd, err = cds.Get(ctx, "nvl72", metav1.GetOptions{})
 	require.NoError(t, err)

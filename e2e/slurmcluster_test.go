@@ -23,6 +23,9 @@ import (
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
 
+// slurmClusterColumns is the header of `kubectl get slurmcluster` (the CRD's printer columns).
+const slurmClusterColumns = `(?m)^NAME\s+CONTROLLER\s+READY\s+WORKERS\s+NODES\s+CONFIG\s+KEYS\s+DOMAIN\s+RECONFIGURED\s+AGE$`
+
 // slurmClient is a controller-runtime client that knows SlurmClusters.
 func slurmClient(t *testing.T) client.Client {
 	t.Helper()
@@ -130,8 +133,8 @@ func TestSlurmClusterKeysAndConfig(t *testing.T) {
 		"-n", ns, "get", "slurmcluster", "slurm")
 	require.NoError(t, err, out)
 	t.Logf("kubectl get slurmcluster:\n%s", out)
-	assert.Regexp(t, `(?m)^NAME\s+CONTROLLER\s+READY\s+WORKERS\s+NODES\s+CONFIG\s+KEYS\s+DOMAIN\s+RECONFIGURED\s+AGE$`, out)
-	assert.Regexp(t, `(?m)^slurm\s+0\s+\d+\s+(<none>\s+)?False\s+True\s+`, out)
+	assert.Regexp(t, slurmClusterColumns, out)
+	assert.Regexp(t, `(?m)^slurm\s+False\s+0\s+\d+\s+(<none>\s+)?False\s+True\s+`, out)
 
 	// The keys were never rotated through all this.
 	for name, k := range keys {
