@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -214,4 +215,37 @@ func TestSlurmClusterRunsSlurm(t *testing.T) {
 	now, err := kube.CoreV1().Pods(ns).Get(ctx, "slurm-controller-0", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, ctld.UID, now.UID, "slurmctld was not restarted for a refused spec")
+	update(func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "" })
+
+	// Issue 5, test 4: scaling in (the runner's node leaves the NodeSet's selector) drains
+	// the worker's Slurm node and waits for its running job before the node goes.
+	out, ok = slurmCommand(t, c, "/usr/bin/scancel", running)
+	require.True(t, ok, out)
+	short := submit("--wrap", "sleep 20")
+	eventually(t, 60*time.Second, "job "+short+" running on the worker", func() bool {
+		return strings.Contains(squeue(), short+" RUNNING "+runnerNode)
+	})
+	worker := "slurm-runner-" + runnerNode
+	update(func(c *slurmv1.SlurmCluster) {
+		c.Spec.NodeSets[0].NodeSelector = map[string]string{"kubeslurm.io/pod-runner": "never"}
+	})
+	eventually(t, 60*time.Second, "the worker's node draining while its job runs", func() bool {
+		out, ok := slurmCommand(t, c, "/usr/bin/sinfo", "-h", "-N", "-o", "%N %t")
+		return ok && strings.Contains(out, runnerNode+" drng")
+	})
+	assert.Contains(t, squeue(), short+" RUNNING "+runnerNode, "the job runs on while the node drains")
+	_, err = kube.CoreV1().Pods(ns).Get(ctx, worker, metav1.GetOptions{})
+	require.NoError(t, err, "the worker pod waits for the job")
+	eventually(t, 90*time.Second, "the worker pod gone after its job ended", func() bool {
+		_, err := kube.CoreV1().Pods(ns).Get(ctx, worker, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	out, ok = slurmCommand(t, c, "/usr/bin/scontrol", "show", "job", short)
+	require.True(t, ok, out)
+	assert.Contains(t, out, "JobState=COMPLETED", "the job ended by itself, not killed")
+	out, ok = slurmCommand(t, c, "/usr/bin/sinfo", "-h", "-N", "-o", "%N")
+	require.True(t, ok, out)
+	assert.NotContains(t, out, runnerNode, "the drained node was removed from Slurm")
+	require.NoError(t, kc.Get(ctx, key, c))
+	assert.Equal(t, int32(0), c.Status.DesiredWorkers)
 }

@@ -202,6 +202,13 @@ type NodeSetSpec struct {
 	// Image of slurmd.
 	// +optional
 	Image string `json:"image,omitempty"`
+	// DrainSeconds bounds how long a worker pod being deleted keeps its Slurm node drained
+	// and waits for its jobs to end before slurmd stops (the pod's
+	// terminationGracePeriodSeconds).
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:default=3600
+	// +optional
+	DrainSeconds *int64 `json:"drainSeconds,omitempty"`
 }
 
 // PartitionSpec is one PartitionName line.

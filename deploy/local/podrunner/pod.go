@@ -422,7 +422,9 @@ func portOf(c *v1.Container, p intstr.IntOrString) (int, error) {
 	return 0, fmt.Errorf("no container port named %s", p.StrVal)
 }
 
-// killAll: SIGTERM to every process group, then SIGKILL after the grace period.
+// killAll stops the pod as a kubelet does: SIGTERM to each container's main process (its
+// PID 1), SIGKILL to everything of the container after the grace period, or once the main
+// process has exited (a container's leftovers die with it).
 func (pr *podRun) killAll() {
 	grace := 30 * time.Second
 	if g := pr.pod.Spec.TerminationGracePeriodSeconds; g != nil {
@@ -430,7 +432,7 @@ func (pr *podRun) killAll() {
 	}
 	for _, c := range pr.containers {
 		if c.proc != nil {
-			_ = syscall.Kill(-c.proc.Process.Pid, syscall.SIGTERM)
+			_ = c.proc.Process.Signal(syscall.SIGTERM)
 		}
 	}
 	deadline := time.After(grace)
@@ -440,6 +442,7 @@ func (pr *podRun) killAll() {
 		}
 		select {
 		case <-c.exited:
+			_ = syscall.Kill(-c.proc.Process.Pid, syscall.SIGKILL)
 		case <-deadline:
 			_ = syscall.Kill(-c.proc.Process.Pid, syscall.SIGKILL)
 			<-c.exited

@@ -87,6 +87,28 @@ func workerPodName(c *slurmv1.SlurmCluster, w worker) string {
 	return strings.TrimRight(name[:52], "-.") + "-" + hex.EncodeToString(sum[:])[:10]
 }
 
+// DefaultDrainSeconds is a worker's grace period to drain (NodeSetSpec.DrainSeconds).
+const DefaultDrainSeconds = 3600
+
+// workerScript runs slurmd and, when the pod is deleted (SIGTERM to the container's main
+// process), drains its Slurm node, waits until no job runs there, stops slurmd and removes
+// the node from Slurm: a scale-in or a node's departure never kills a running job within
+// the pod's grace period. Slurm's commands authenticate through slurmd's own sack socket,
+// as root. An unreachable slurmctld keeps it waiting (fail closed: jobs may still run);
+// the grace period bounds the wait.
+const workerScript = `/usr/sbin/slurmd "$@" &
+slurmd=$!
+drain() {
+  scontrol update nodename="$SLURM_NODE" state=DRAIN reason="kubeslurm: worker pod $POD_NAME deleted"
+  until jobs=$(squeue -h -w "$SLURM_NODE" -o %i) && [ -z "$jobs" ]; do sleep 2; done
+  kill -TERM "$slurmd"; wait "$slurmd"
+  scontrol delete nodename="$SLURM_NODE"
+  exit 0
+}
+trap drain TERM
+wait "$slurmd"
+`
+
 // slurmdArgs registers the worker as a dynamic node (-Z) with configless slurmctld, with
 // its NodeSet's name (which slurm.conf's NodeSet of that name selects) and extra features.
 func slurmdArgs(c *slurmv1.SlurmCluster, w worker) []string {
@@ -120,11 +142,16 @@ func workerPod(c *slurmv1.SlurmCluster, w worker) (*v1.Pod, error) {
 			// A worker stays on its node as a DaemonSet's pod does.
 			Tolerations:                   []v1.Toleration{{Operator: v1.TolerationOpExists}},
 			SecurityContext:               &v1.PodSecurityContext{RunAsUser: ptr[int64](0), RunAsGroup: ptr[int64](0)},
-			TerminationGracePeriodSeconds: ptr[int64](30),
+			TerminationGracePeriodSeconds: drainSeconds(w.set),
 			Containers: []v1.Container{{
-				Name:  componentSlurmd,
-				Image: image,
-				Args:  slurmdArgs(c, w),
+				Name:    componentSlurmd,
+				Image:   image,
+				Command: []string{"/bin/sh", "-c", workerScript, "slurmd"},
+				Args:    slurmdArgs(c, w),
+				Env: []v1.EnvVar{
+					{Name: "SLURM_NODE", Value: w.slurm},
+					{Name: "POD_NAME", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+				},
 				Ports: []v1.ContainerPort{{Name: componentSlurmd, ContainerPort: SlurmdPort}},
 				ReadinessProbe: &v1.Probe{
 					ProbeHandler:  v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromInt32(SlurmdPort)}},
@@ -152,6 +179,13 @@ func workerPod(c *slurmv1.SlurmCluster, w worker) (*v1.Pod, error) {
 	}
 	pod.Annotations[workerSpecAnnotation] = specHash(pod.Spec)
 	return pod, nil
+}
+
+func drainSeconds(set *slurmv1.NodeSetSpec) *int64 {
+	if set.DrainSeconds != nil {
+		return set.DrainSeconds
+	}
+	return ptr[int64](DefaultDrainSeconds)
 }
 
 // trimHostname keeps a hostname within the 63 characters a pod's may have.

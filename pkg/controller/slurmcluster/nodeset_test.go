@@ -60,6 +60,9 @@ func TestWorkersFollowTheNodeSets(t *testing.T) {
 	assert.Equal(t, []string{"-D", "-Z", "-N", "n1", "--conf-server", "slurm-controller.hpc.svc:6817", "--conf", "Features=cpu"},
 		n1.Spec.Containers[0].Args)
 	assert.True(t, metav1.IsControlledBy(n1, f.cluster()))
+	// slurmd under the drain-on-delete wrapper, with the grace period to drain in.
+	assert.Equal(t, []string{"/bin/sh", "-c", workerScript, "slurmd"}, n1.Spec.Containers[0].Command)
+	assert.Equal(t, int64(DefaultDrainSeconds), *n1.Spec.TerminationGracePeriodSeconds)
 	assert.Equal(t, "slurm-slurm-key", n1.Spec.Volumes[0].Secret.SecretName)
 	// Replicas mode: ordinal names, placed by the scheduler.
 	r2 := pods["slurm-r-2"]
