@@ -230,8 +230,9 @@ func TestSlurmClusterRunsSlurm(t *testing.T) {
 		c.Spec.NodeSets[0].NodeSelector = map[string]string{"kubeslurm.io/pod-runner": "never"}
 	})
 	eventually(t, 60*time.Second, "the worker's node draining while its job runs", func() bool {
-		out, ok := slurmCommand(t, c, "/usr/bin/sinfo", "-h", "-N", "-o", "%N %t")
-		return ok && strings.Contains(out, runnerNode+" drng")
+		out, ok := slurmCommand(t, c, "/usr/bin/scontrol", "show", "node", runnerNode)
+		return ok && regexp.MustCompile(`State=\S*DRAIN`).MatchString(out) &&
+			strings.Contains(out, "Reason=kubeslurm: worker pod "+worker+" deleted")
 	})
 	assert.Contains(t, squeue(), short+" RUNNING "+runnerNode, "the job runs on while the node drains")
 	_, err = kube.CoreV1().Pods(ns).Get(ctx, worker, metav1.GetOptions{})

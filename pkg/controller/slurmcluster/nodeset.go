@@ -94,15 +94,17 @@ const DefaultDrainSeconds = 3600
 // process), drains its Slurm node, waits until no job runs there, stops slurmd and removes
 // the node from Slurm: a scale-in or a node's departure never kills a running job within
 // the pod's grace period. Slurm's commands authenticate through slurmd's own sack socket,
-// as root. An unreachable slurmctld keeps it waiting (fail closed: jobs may still run);
-// the grace period bounds the wait.
+// as root; the node's removal, once slurmd (and its socket) is gone, with a JWT asked for
+// before. An unreachable slurmctld keeps it waiting (fail closed: jobs may still run); the
+// grace period bounds the wait.
 const workerScript = `/usr/sbin/slurmd "$@" &
 slurmd=$!
 drain() {
   scontrol update nodename="$SLURM_NODE" state=DRAIN reason="kubeslurm: worker pod $POD_NAME deleted"
   until jobs=$(squeue -h -w "$SLURM_NODE" -o %i) && [ -z "$jobs" ]; do sleep 2; done
+  token=$(scontrol token lifespan=600)
   kill -TERM "$slurmd"; wait "$slurmd"
-  scontrol delete nodename="$SLURM_NODE"
+  env "$token" scontrol delete nodename="$SLURM_NODE"
   exit 0
 }
 trap drain TERM
