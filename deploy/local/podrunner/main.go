@@ -42,6 +42,9 @@ import (
 // NodeLabel marks the runner's node.
 const NodeLabel = "kubeslurm.io/pod-runner"
 
+// stopPoll: how often a stopping pod is looked at until its processes have ended.
+const stopPoll = time.Second
+
 type runner struct {
 	kube     kubernetes.Interface
 	node     string
@@ -170,9 +173,12 @@ func (r *runner) sync(ctx context.Context, key string) error {
 	if exists {
 		pod = obj.(*v1.Pod)
 	}
-	// Gone, or another pod of that name now: stop what ran.
+	// Gone, or another pod of that name now: stop what ran, and look again until it has.
 	if pr != nil && (pod == nil || pod.UID != pr.uid || pod.Spec.NodeName != r.node) {
-		pr.stop()
+		if !pr.stop() {
+			r.queue.AddAfter(key, stopPoll)
+			return nil
+		}
 		r.forget(key, pr)
 		pr = nil
 	}
@@ -185,7 +191,10 @@ func (r *runner) sync(ctx context.Context, key string) error {
 		return nil
 	case pod.DeletionTimestamp != nil:
 		if pr != nil {
-			pr.stop()
+			if !pr.stop() {
+				r.queue.AddAfter(key, stopPoll)
+				return nil
+			}
 			r.forget(key, pr)
 		}
 		// As a kubelet: the final delete once the processes are gone.
@@ -278,8 +287,12 @@ func (r *runner) shutdown() {
 		runs = append(runs, pr)
 	}
 	r.mu.Unlock()
+	// Every pod's grace period at once, as a node shutting down.
 	for _, pr := range runs {
 		pr.stop()
+	}
+	for _, pr := range runs {
+		<-pr.done
 		_ = os.RemoveAll(pr.dir)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

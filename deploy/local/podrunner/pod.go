@@ -69,10 +69,17 @@ func startPodRun(ctx context.Context, r *runner, pod *v1.Pod) *podRun {
 	return pr
 }
 
-// stop ends the pod's processes (SIGTERM, the grace period, SIGKILL) and waits for that.
-func (pr *podRun) stop() {
+// stop asks the pod's processes to end (SIGTERM, the grace period, SIGKILL) and reports
+// whether they have. It does not wait: a pod with a long grace period (a slurmd worker
+// draining its node) must not hold up the other pods.
+func (pr *podRun) stop() bool {
 	pr.cancel()
-	<-pr.done
+	select {
+	case <-pr.done:
+		return true
+	default:
+		return false
+	}
 }
 
 func (pr *podRun) run(ctx context.Context) {
