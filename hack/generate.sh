@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# generate.sh [--check] — kubeslurm's own CRDs (manifests/crds/slurm.kubeslurm.io_*.yaml) and
-# DeepCopy methods (api/*/zz_generated.deepcopy.go), by controller-gen built from the scratch
-# module hack/tools/controller-gen. --check generates into a temporary copy and fails when
+# generate.sh [--check] — kubeslurm's own CRDs (manifests/crds/slurm.kubeslurm.io_*.yaml, and
+# the same files in charts/kubeslurm/crds/ for helm to install) and DeepCopy methods
+# (api/*/zz_generated.deepcopy.go), by controller-gen built from the scratch module
+# hack/tools/controller-gen. --check generates into a temporary copy and fails when
 # the committed files differ.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,7 @@ gen() { # gen CRD-DIR: DeepCopy in place under api/, CRDs into CRD-DIR
 }
 if [ "${1:-}" != --check ]; then
   gen manifests/crds
+  cp manifests/crds/slurm.kubeslurm.io_*.yaml charts/kubeslurm/crds/
   exit 0
 fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -30,8 +32,9 @@ for f in "$tmp"/api/*/zz_generated.deepcopy.go; do
   cmp -s "$f" "$rel" || { echo "$rel is stale; run make generate" >&2; rc=1; }
 done
 for f in "$tmp"/crds/*.yaml; do
-  rel=manifests/crds/$(basename "$f")
-  cmp -s "$f" "$rel" || { echo "$rel is stale; run make generate" >&2; rc=1; }
+  for rel in manifests/crds/$(basename "$f") charts/kubeslurm/crds/$(basename "$f"); do
+    cmp -s "$f" "$rel" || { echo "$rel is stale; run make generate" >&2; rc=1; }
+  done
 done
 for f in manifests/crds/slurm.kubeslurm.io_*.yaml; do
   [ -e "$tmp/crds/$(basename "$f")" ] || { echo "$f has no type in api/; run make generate" >&2; rc=1; }
