@@ -25,6 +25,7 @@ import (
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
 	"github.com/kubeslurm/kubeslurm/pkg/controller/slurmcluster"
 	"github.com/kubeslurm/kubeslurm/pkg/slurm"
+	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
 
 // clusterToken mints a JWT for the slurm user from the cluster's JWT key Secret.
@@ -221,6 +222,28 @@ func TestSlurmClusterRunsSlurm(t *testing.T) {
 	// the worker's Slurm node and waits for its running job before the node goes.
 	out, ok = slurmCommand(t, c, "/usr/bin/scancel", running)
 	require.True(t, ok, out)
+
+	// Issue 5, test 5: a worker whose slurmd runs while Slurm has no node of its name (here:
+	// its record deleted by hand) is recreated, with an event, and registers again.
+	worker := "slurm-runner-" + runnerNode
+	before, err := kube.CoreV1().Pods(ns).Get(ctx, worker, metav1.GetOptions{})
+	require.NoError(t, err)
+	eventually(t, 60*time.Second, "the idle node's record deleted", func() bool {
+		_, ok := slurmCommand(t, c, "/usr/bin/scontrol", "delete", "nodename="+runnerNode)
+		return ok
+	})
+	eventually(t, 120*time.Second, "the worker pod recreated and ready", func() bool {
+		p, err := kube.CoreV1().Pods(ns).Get(ctx, worker, metav1.GetOptions{})
+		return err == nil && p.UID != before.UID && podReady(p)
+	})
+	eventually(t, 30*time.Second, "event SlurmWorkerNotRegistered", func() bool {
+		return strings.Contains(namedClusterEvents(t, ns, "slurm", wellknown.EventSlurmWorkerNotRegistered), "Deleted worker pod "+worker)
+	})
+	eventually(t, 60*time.Second, "the node registered again, idle", func() bool {
+		out, ok := slurmCommand(t, c, "/usr/bin/sinfo", "-h", "-N", "-o", "%N %t")
+		return ok && strings.Contains(out, runnerNode+" idle")
+	})
+
 	short := submit("--wrap", "sleep 20")
 	eventually(t, 60*time.Second, "job "+short+" running on the worker", func() bool {
 		return strings.Contains(squeue(), short+" RUNNING "+runnerNode)

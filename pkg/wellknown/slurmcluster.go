@@ -26,6 +26,9 @@ const (
 	EventSlurmConfigApplied = "SlurmConfigApplied"
 	// EventSlurmWorkerRemoved: a slurmd worker pod was deleted (scale-in, node gone, update).
 	EventSlurmWorkerRemoved = "SlurmWorkerRemoved"
+	// EventSlurmWorkerNotRegistered (warning): a worker's slurmd ran while Slurm had no node
+	// of its name; its pod was recreated.
+	EventSlurmWorkerNotRegistered = "SlurmWorkerNotRegistered"
 	// EventComputeDomainCreated: the ComputeDomain of spec.computeDomain was created.
 	EventComputeDomainCreated = "ComputeDomainCreated"
 	// EventComputeDomainCRDMissing: the API server does not serve NVIDIA's ComputeDomain.

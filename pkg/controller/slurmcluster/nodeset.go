@@ -90,16 +90,28 @@ func workerPodName(c *slurmv1.SlurmCluster, w worker) string {
 // DefaultDrainSeconds is a worker's grace period to drain (NodeSetSpec.DrainSeconds).
 const DefaultDrainSeconds = 3600
 
-// workerScript runs slurmd and, when the pod is deleted (SIGTERM to the container's main
-// process), drains its Slurm node, waits until no job runs there, stops slurmd and removes
-// the node from Slurm: a scale-in or a node's departure never kills a running job within
-// the pod's grace period. Slurm's commands authenticate through slurmd's own sack socket,
-// as root; the node's removal, once slurmd (and its socket) is gone, with a JWT asked for
-// before. An unreachable slurmctld keeps it waiting (fail closed: jobs may still run); the
-// grace period bounds the wait.
+// unregisteredExit is workerScript's exit code for a slurmd Slurm has no node of.
+const unregisteredExit = 3
+
+// workerScript runs slurmd under two guards, in the worker's container:
+//
+//   - When the pod is deleted (SIGTERM to the container's main process) it drains its Slurm
+//     node, waits until no job runs there, stops slurmd and removes the node from Slurm: a
+//     scale-in or a node's departure never kills a running job within the pod's grace
+//     period. Slurm's commands authenticate through slurmd's own sack socket, as root; the
+//     node's removal, once slurmd (and its socket) is gone, with a JWT asked for before. An
+//     unreachable slurmctld keeps it waiting (fail closed: jobs may still run); the grace
+//     period bounds the wait. A node Slurm does not have is not waited for.
+//   - While it runs, it checks every 5 s that Slurm has the node. slurmd running while Slurm
+//     has no node of its name (it never registered within 2 min, or its record was deleted)
+//     ends the container with exit code 3, and the controller recreates the pod. Only
+//     "not found" counts: an unreachable slurmctld is no reason.
 const workerScript = `/usr/sbin/slurmd "$@" &
 slurmd=$!
 drain() {
+  if scontrol show node "$SLURM_NODE" 2>&1 | grep -q "not found"; then
+    kill -TERM "$slurmd"; wait "$slurmd"; exit 0
+  fi
   scontrol update nodename="$SLURM_NODE" state=DRAIN reason="kubeslurm: worker pod $POD_NAME deleted"
   until jobs=$(squeue -h -w "$SLURM_NODE" -o %i) && [ -z "$jobs" ]; do sleep 2; done
   token=$(scontrol token lifespan=600)
@@ -108,6 +120,20 @@ drain() {
   exit 0
 }
 trap drain TERM
+registered=0 missing=0 checks=0
+while kill -0 "$slurmd" 2>/dev/null; do
+  sleep 5 & wait $!
+  checks=$((checks + 1))
+  case $(scontrol show node "$SLURM_NODE" 2>&1) in
+  *"not found"*) missing=$((missing + 1)) ;;
+  *NodeName=*) registered=1 missing=0 ;;
+  esac
+  if { [ $registered = 1 ] && [ $missing -ge 3 ]; } || { [ $registered = 0 ] && [ $checks -ge 24 ]; }; then
+    echo "kubeslurm: slurmd runs but Slurm has no node $SLURM_NODE" >&2
+    kill -TERM "$slurmd"; wait "$slurmd"
+    exit 3
+  fi
+done
 wait "$slurmd"
 `
 
@@ -243,12 +269,17 @@ func (r *Reconciler) ensureWorkers(ctx context.Context, c *slurmv1.SlurmCluster,
 		d, ok := desired[name]
 		switch {
 		case p.DeletionTimestamp != nil:
+		case unregistered(p):
+			if err := r.deleteWorker(ctx, c, p, wellknown.EventSlurmWorkerNotRegistered,
+				"its slurmd ran but Slurm had no node of its name; recreating it"); err != nil {
+				return 0, err
+			}
 		case !ok:
-			if err := r.deleteWorker(ctx, c, p, "its NodeSet no longer asks for it"); err != nil {
+			if err := r.deleteWorker(ctx, c, p, wellknown.EventSlurmWorkerRemoved, "its NodeSet no longer asks for it"); err != nil {
 				return 0, err
 			}
 		case p.Annotations[workerSpecAnnotation] != d.Annotations[workerSpecAnnotation] && (unavailable == 0 || !isReady(p)):
-			if err := r.deleteWorker(ctx, c, p, "its spec changed"); err != nil {
+			if err := r.deleteWorker(ctx, c, p, wellknown.EventSlurmWorkerRemoved, "its spec changed"); err != nil {
 				return 0, err
 			}
 			if isReady(p) {
@@ -271,13 +302,29 @@ func (r *Reconciler) ensureWorkers(ctx context.Context, c *slurmv1.SlurmCluster,
 	return countReady(existing), nil
 }
 
-func (r *Reconciler) deleteWorker(ctx context.Context, c *slurmv1.SlurmCluster, p *v1.Pod, why string) error {
+func (r *Reconciler) deleteWorker(ctx context.Context, c *slurmv1.SlurmCluster, p *v1.Pod, reason, why string) error {
 	if err := r.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting worker pod %s: %w", p.Name, err)
 	}
-	r.Recorder.Eventf(c, p, v1.EventTypeNormal, wellknown.EventSlurmWorkerRemoved, "RemoveWorker",
+	typ := v1.EventTypeNormal
+	if reason == wellknown.EventSlurmWorkerNotRegistered {
+		typ = v1.EventTypeWarning
+	}
+	r.Recorder.Eventf(c, p, typ, reason, "RemoveWorker",
 		"Deleted worker pod %s (Slurm node %s): %s", p.Name, p.Annotations[slurmNodeAnnotation], why)
 	return nil
+}
+
+// unregistered: the worker's slurmd container ended because Slurm had no node of its name.
+func unregistered(p *v1.Pod) bool {
+	for _, cs := range p.Status.ContainerStatuses {
+		for _, t := range []*v1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
+			if t != nil && t.ExitCode == unregisteredExit {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func isReady(p *v1.Pod) bool {

@@ -2,6 +2,7 @@ package slurmcluster
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -150,6 +151,39 @@ func TestWorkerClaimsTheComputeDomainChannel(t *testing.T) {
 	assert.Equal(t, "slurm-compute-domain-channel", *p.Spec.ResourceClaims[0].ResourceClaimTemplateName)
 	require.Len(t, p.Spec.Containers[0].Resources.Claims, 1)
 	assert.Equal(t, p.Spec.ResourceClaims[0].Name, p.Spec.Containers[0].Resources.Claims[0].Name)
+}
+
+// A worker whose slurmd ran while Slurm had no node of its name (the wrapper's exit code)
+// is recreated, with a warning.
+func TestUnregisteredWorkerRecreated(t *testing.T) {
+	c := newCluster()
+	c.Spec.NodeSets = []slurmv1.NodeSetSpec{{Name: "r", Mode: slurmv1.NodeSetReplicas, Replicas: ptr[int32](1)}}
+	c.Spec.Partitions = nil
+	f := newFixture(t, c)
+	f.reconcile()
+	f.controllerUp()
+	f.reconcile()
+	p := f.workers()["slurm-r-0"]
+	require.NotNil(t, p)
+	assert.Contains(t, workerScript, fmt.Sprintf("exit %d", unregisteredExit))
+
+	// A restart for another cause is the kubelet's business.
+	p.Status.ContainerStatuses = []v1.ContainerStatus{{Name: "slurmd", RestartCount: 1,
+		LastTerminationState: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 1}}}}
+	require.NoError(t, f.kube.Status().Update(context.Background(), p))
+	f.events()
+	f.reconcile()
+	assert.Contains(t, f.workers(), "slurm-r-0")
+	assert.Empty(t, f.events())
+
+	p = f.workers()["slurm-r-0"]
+	p.Status.ContainerStatuses[0].LastTerminationState.Terminated.ExitCode = unregisteredExit
+	require.NoError(t, f.kube.Status().Update(context.Background(), p))
+	f.reconcile()
+	assert.NotContains(t, f.workers(), "slurm-r-0", "deleted")
+	assert.Equal(t, []string{"Warning SlurmWorkerNotRegistered Deleted worker pod slurm-r-0 (Slurm node slurm-r-0): its slurmd ran but Slurm had no node of its name; recreating it"}, f.events())
+	f.reconcile()
+	assert.Contains(t, f.workers(), "slurm-r-0", "recreated")
 }
 
 func TestWorkerPodName(t *testing.T) {
