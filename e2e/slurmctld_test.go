@@ -248,7 +248,6 @@ func TestSlurmClusterRunsSlurm(t *testing.T) {
 	eventually(t, 60*time.Second, "job "+short+" running on the worker", func() bool {
 		return strings.Contains(squeue(), short+" RUNNING "+runnerNode)
 	})
-	worker := "slurm-runner-" + runnerNode
 	update(func(c *slurmv1.SlurmCluster) {
 		c.Spec.NodeSets[0].NodeSelector = map[string]string{"kubeslurm.io/pod-runner": "never"}
 	})
