@@ -2,18 +2,29 @@
 # Makes (once) a Debian root filesystem holding real Slurm packages for the local cluster.
 # The host's own Slurm is too old for slurmrestd's v0.0.4x API, so Slurm runs from this root
 # with chroot. The root is kept in the machine's cache folder, keyed by suite, so every clone
-# on this machine shares it; it is rebuilt only when missing or incomplete.
+# on this machine shares it; it is rebuilt only when missing, incomplete, or made with another
+# package list (its .complete names the list).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 . "$root/deploy/local/versions.env"
 cache=${KUBESLURM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubeslurm}
 dir="$cache/slurm-root-$SLURM_SUITE"
-packages=slurmctld,slurmd,slurmrestd,slurm-client,slurm-wlm-jwt-plugin,procps,ca-certificates
+# slurmdbd and mariadb-server: accounting (a SlurmCluster's slurmdbd, and the database the
+# e2e tests start); sackd: login pods. With them the root is about 720 MB, made in ~80 s.
+packages=slurmctld,slurmd,slurmrestd,slurm-client,slurm-wlm-jwt-plugin,procps,ca-certificates,slurmdbd,sackd,mariadb-server
+stamp="packages=$packages"
 
-if [ -f "$dir/.complete" ]; then
+if [ -f "$dir/.complete" ] && grep -qxF "$stamp" "$dir/.complete"; then
   echo "==> Slurm root ($SLURM_SUITE) cached at $dir"
   exit 0
 fi
+# A root in use (a running local cluster chrooted in it) is never replaced under it.
+for proc in /proc/[0-9]*; do
+  if [ "$(readlink "$proc/root" 2>/dev/null)" = "$dir" ]; then
+    echo "the Slurm root $dir must be remade (other packages), but process ${proc#/proc/} runs in it: run make down first" >&2
+    exit 1
+  fi
+done
 command -v debootstrap >/dev/null || {
   echo "==> installing debootstrap"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
@@ -37,5 +48,5 @@ debootstrap --variant=minbase --include="$packages" "$SLURM_SUITE" "$dir.tmp" >"
 umount_under "$dir.tmp"
 umount_under "$dir"
 rm -rf --one-file-system "$dir" && mv "$dir.tmp" "$dir"
-chroot "$dir" sh -c 'slurmctld -V' >"$dir/.complete"
-echo "==> Slurm root ready: $(cat "$dir/.complete")"
+{ chroot "$dir" sh -c 'slurmctld -V'; echo "$stamp"; } >"$dir/.complete"
+echo "==> Slurm root ready: $(head -1 "$dir/.complete")"
