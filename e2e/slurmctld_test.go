@@ -149,6 +149,13 @@ func TestSlurmClusterRunsSlurm(t *testing.T) {
 		return code == http.StatusOK && json.Unmarshal(body, &nodes) == nil && len(nodes.Nodes) == 1 && nodes.Nodes[0].Name == runnerNode
 	})
 
+	// A login pod: sackd fetched the configuration and gives `sinfo` (its readiness probe,
+	// run inside it) its credentials.
+	eventually(t, 90*time.Second, "the login pod ready", func() bool {
+		d, err := kube.AppsV1().Deployments(ns).Get(ctx, "slurm-login-users", metav1.GetOptions{})
+		return err == nil && d.Status.ReadyReplicas == 1
+	})
+
 	submit := func(args ...string) string {
 		out, ok := slurmCommand(t, c, append([]string{"/usr/bin/sbatch", "--partition", "main", "--chdir", "/tmp", "--output", "/dev/null"}, args...)...)
 		require.True(t, ok, out)

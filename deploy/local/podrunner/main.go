@@ -52,7 +52,7 @@ type runner struct {
 	stateDir string
 	// The Slurm root filesystem the Slurm images' containers run in.
 	slurmRoot string
-	self     string
+	self      string
 	// Where the processes reach the API server (KUBERNETES_SERVICE_HOST/PORT).
 	apiHost, apiPort string
 

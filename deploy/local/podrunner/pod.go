@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -413,8 +414,37 @@ func (pr *podRun) check(c *container, p *v1.Probe) error {
 			return err
 		}
 		return conn.Close()
+	case p.Exec != nil:
+		return pr.execProbe(c, p.Exec.Command, timeout)
 	}
-	return fmt.Errorf("only httpGet and tcpSocket probes are supported")
+	return fmt.Errorf("only httpGet, tcpSocket and exec probes are supported")
+}
+
+// execProbe runs command in the container as a kubelet's exec probe does: in its mount and
+// UTS namespaces, root and working directory (nsenter on its main process), as its user,
+// with its environment. Exit 0 passes.
+func (pr *podRun) execProbe(c *container, command []string, timeout time.Duration) error {
+	if len(command) == 0 {
+		return fmt.Errorf("exec probe without a command")
+	}
+	if c.proc == nil || c.proc.Process == nil {
+		return fmt.Errorf("container not running")
+	}
+	env, err := pr.env(&c.spec)
+	if err != nil {
+		return err
+	}
+	u := pr.user(&c.spec)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	args := append([]string{"--target", strconv.Itoa(c.proc.Process.Pid), "--mount", "--uts", "--root", "--wd",
+		"--setuid", strconv.Itoa(int(u.UID)), "--setgid", strconv.Itoa(int(u.GID)), "--"}, command...)
+	cmd := exec.CommandContext(ctx, "nsenter", args...)
+	cmd.Env = env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("exec probe %v: %w: %s", command, err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 func portOf(c *v1.Container, p intstr.IntOrString) (int, error) {

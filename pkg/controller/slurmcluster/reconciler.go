@@ -138,6 +138,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.ensureRestAPI(ctx, c, status); err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.ensureLogins(ctx, c, status); err != nil {
+		return ctrl.Result{}, err
+	}
 	want, err := r.desiredWorkerList(ctx, c)
 	if err != nil {
 		return ctrl.Result{}, err
