@@ -26,6 +26,19 @@ import (
 // slurmClusterColumns is the header of `kubectl get slurmcluster` (the CRD's printer columns).
 const slurmClusterColumns = `(?m)^NAME\s+CONTROLLER\s+READY\s+WORKERS\s+NODES\s+CONFIG\s+KEYS\s+DOMAIN\s+RECONFIGURED\s+AGE$`
 
+// controllerIdentity is the running controller's Slurm signing key (made at its start, in
+// the Secret its default flag names), read as admin.
+func controllerIdentity(t *testing.T) *slurmcluster.Identity {
+	t.Helper()
+	kc := slurmClient(t)
+	s := &v1.Secret{}
+	key := client.ObjectKey{Namespace: "kubeslurm-system", Name: "kubeslurm-slurm-signing-key"}
+	require.NoError(t, kc.Get(context.Background(), key, s), "the controller makes its signing key when it starts")
+	id, err := slurmcluster.LoadIdentity(context.Background(), kc, kc, key.Namespace, key.Name)
+	require.NoError(t, err)
+	return id
+}
+
 // slurmClient is a controller-runtime client that knows SlurmClusters.
 func slurmClient(t *testing.T) client.Client {
 	t.Helper()
@@ -79,14 +92,14 @@ func TestSlurmClusterKeysAndConfig(t *testing.T) {
 
 	cm := configMap()
 	require.NotNil(t, cm)
-	want, err := slurmconf.Render(c)
+	want, err := slurmconf.Render(c, slurmconf.WithJWKS(controllerIdentity(t).JWKS()))
 	require.NoError(t, err)
 	assert.Equal(t, map[string]string(want), cm.Data, "the ConfigMap holds the spec as the API server returns it, rendered")
 	conf := cm.Data["slurm.conf"]
 	for _, line := range []string{
 		"ClusterName=example", "SlurmctldHost=slurm-controller-0(slurm-controller." + ns + ".svc)",
 		"SlurmctldParameters=enable_configless", "MaxNodeCount=256", "AuthType=auth/slurm", "AuthAltTypes=auth/jwt",
-		"AuthAltParameters=jwt_key=/etc/slurm/jwt_hs256.key", "NodeSet=cpu Feature=cpu",
+		"AuthAltParameters=jwks=/etc/slurm/jwks.json,jwt_key=/etc/slurm/jwt_hs256.key", "NodeSet=cpu Feature=cpu",
 		"PartitionName=batch Nodes=cpu,gpu Default=YES MaxTime=1-00:00:00 State=UP PriorityTier=1 DefMemPerCPU=512",
 		"PartitionName=gpu Nodes=gpu MaxTime=UNLIMITED State=UP PriorityTier=2", "SchedulerParameters=bf_interval=60",
 	} {

@@ -149,6 +149,12 @@ func TestSlurmClusterRunsSlurm(t *testing.T) {
 		return code == http.StatusOK && json.Unmarshal(body, &nodes) == nil && len(nodes.Nodes) == 1 && nodes.Nodes[0].Name == runnerNode
 	})
 
+	// The controller reads the cluster's Slurm (through its slurmrestd, with a token of its
+	// own key, which slurmctld trusts through the JWKS in the cluster's configuration).
+	eventually(t, 90*time.Second, "status.nodeSummary idle=1", func() bool {
+		return kc.Get(ctx, key, c) == nil && c.Status.NodeSummary == "idle=1" && c.Status.Nodes.Idle == 1
+	})
+
 	// A login pod: sackd fetched the configuration and gives `sinfo` (its readiness probe,
 	// run inside it) its credentials.
 	eventually(t, 90*time.Second, "the login pod ready", func() bool {

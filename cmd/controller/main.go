@@ -69,6 +69,8 @@ type options struct {
 	dcgmJobMappingDir       string
 	// SlurmClusters (pkg/controller/slurmcluster).
 	slurmClusters bool
+	// namespace/name of the controller's own Slurm signing key Secret.
+	slurmClusterSigningKey string
 }
 
 func main() {
@@ -137,7 +139,9 @@ func newCommand() *cobra.Command {
 	f.StringVar(&o.dcgmJobMappingDir, "dcgm-job-mapping-dir", dcgmjobmap.DefaultDir,
 		"directory on the GPU nodes the job mapping scripts write to (dcgm-exporter's --hpc-job-mapping-dir)")
 	f.BoolVar(&o.slurmClusters, "enable-slurmcluster", false,
-		"reconcile SlurmCluster objects: generate their key Secrets, render their slurm.conf into a ConfigMap and keep their NVIDIA ComputeDomain (the daemons are not run yet)")
+		"reconcile SlurmCluster objects: generate their key Secrets, render their slurm.conf into a ConfigMap, run their slurmctld, slurmrestd, slurmd and login pods, and keep their NVIDIA ComputeDomain")
+	f.StringVar(&o.slurmClusterSigningKey, "slurmcluster-signing-key-secret", "kubeslurm-system/kubeslurm-slurm-signing-key",
+		"namespace/name of the Secret with the controller's RSA key for SlurmClusters' Slurm (made when missing; its public half goes into each cluster's configuration); empty: their Slurm is not read")
 	for _, name := range []string{"slurmrestd-url", "slurm-jwt-key-file"} {
 		_ = cmd.MarkFlagRequired(name)
 	}
@@ -228,9 +232,21 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	if o.slurmClusters {
+		var identity *slurmclustercontroller.Identity
+		if ns, name, ok := strings.Cut(o.slurmClusterSigningKey, "/"); ok && ns != "" && name != "" {
+			id, err := slurmclustercontroller.LoadIdentity(context.Background(), mgr.GetAPIReader(), mgr.GetClient(), ns, name)
+			if err != nil {
+				// The clusters still run; only their status lacks Slurm's node states.
+				klog.ErrorS(err, "no Slurm signing key: SlurmClusters' node states will not be read")
+			}
+			identity = id
+		} else if o.slurmClusterSigningKey != "" {
+			return fmt.Errorf("--slurmcluster-signing-key-secret: want namespace/name, not %q", o.slurmClusterSigningKey)
+		}
 		if err := (&slurmclustercontroller.Reconciler{
 			Client:   mgr.GetClient(),
 			Recorder: mgr.GetEventRecorder("kubeslurm-controller"),
+			Identity: identity,
 		}).SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the SlurmCluster controller: %w", err)
 		}

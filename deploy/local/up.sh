@@ -172,6 +172,8 @@ check_can "$c" no delete nodes
 check_can "$c" no get secrets
 check_can "$c" no list secrets -n "$SLURM_NS"
 check_can "$c" yes update secrets/kubeslurm-webhook-cert -n "$SLURM_NS"
+check_can "$c" yes get secrets/kubeslurm-slurm-signing-key -n "$SLURM_NS"
+check_can "$c" no get secrets/kubeslurm-slurm-signing-key -n default
 check_can "$c" yes update validatingwebhookconfigurations/kubeslurm
 check_can "$c" no update validatingwebhookconfigurations/other
 check_can "$c" yes create computedomains.resource.nvidia.com -n default

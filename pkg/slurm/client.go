@@ -2,6 +2,7 @@ package slurm
 
 import (
 	"context"
+	"crypto/rsa"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -51,6 +52,10 @@ type Config struct {
 	URL        string
 	User       string
 	JWTKeyFile string
+	// RSAKey and RSAKeyID sign RS256 tokens instead (slurmctld knows the public key from its
+	// JWKS file); JWTKeyFile is then not read.
+	RSAKey   *rsa.PrivateKey
+	RSAKeyID string
 	// TokenLifetime of the minted JWTs (renewed at half-life).
 	TokenLifetime time.Duration
 	// Timeout of one request.
@@ -59,8 +64,8 @@ type Config struct {
 
 // NewClient connects to slurmrestd with tokens minted from the JWT key.
 func NewClient(cfg Config) (Client, error) {
-	if cfg.URL == "" || cfg.User == "" || cfg.JWTKeyFile == "" {
-		return nil, fmt.Errorf("slurm client needs a slurmrestd URL, a user and a JWT key file")
+	if cfg.URL == "" || cfg.User == "" || (cfg.JWTKeyFile == "" && cfg.RSAKey == nil) {
+		return nil, fmt.Errorf("slurm client needs a slurmrestd URL, a user and a JWT key")
 	}
 	if cfg.TokenLifetime == 0 {
 		cfg.TokenLifetime = time.Hour
@@ -69,6 +74,7 @@ func NewClient(cfg Config) (Client, error) {
 		cfg.Timeout = 15 * time.Second
 	}
 	tokens := NewTokenSource(cfg.JWTKeyFile, cfg.User, cfg.TokenLifetime)
+	tokens.RSAKey, tokens.KeyID = cfg.RSAKey, cfg.RSAKeyID
 	first, err := tokens.Token()
 	if err != nil {
 		return nil, err

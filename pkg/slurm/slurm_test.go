@@ -2,6 +2,8 @@ package slurm_test
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
 	"errors"
 	"net"
 	"net/url"
@@ -223,6 +225,23 @@ func TestTokenSource(t *testing.T) {
 
 	_, err = slurm.NewTokenSource(t.TempDir()+"/missing", "slurm", time.Hour).Token()
 	assert.Error(t, err)
+}
+
+// An RSA key signs RS256 with its key id, as slurmctld's JWKS verification wants; no key
+// file is read.
+func TestTokenSourceRS256(t *testing.T) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	require.NoError(t, err)
+	ts := slurm.NewTokenSource("", "slurm", time.Hour)
+	ts.RSAKey, ts.KeyID = key, "kid-1"
+	a, err := ts.Token()
+	require.NoError(t, err)
+	claims := jwt.MapClaims{}
+	tok, err := jwt.ParseWithClaims(a, claims, func(*jwt.Token) (any, error) { return &key.PublicKey, nil },
+		jwt.WithValidMethods([]string{"RS256"}))
+	require.NoError(t, err)
+	assert.Equal(t, "kid-1", tok.Header["kid"])
+	assert.Equal(t, "slurm", claims["sun"])
 }
 
 func TestNodeStates(t *testing.T) {

@@ -1,6 +1,7 @@
 package slurm
 
 import (
+	"crypto/rsa"
 	"fmt"
 	"net/http"
 	"os"
@@ -10,11 +11,14 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 )
 
-// TokenSource mints slurmrestd JWTs (HS256, the auth/jwt key) for one Slurm user and
-// renews them before they expire, so no long-lived token is ever stored. The key file is
-// read again at each renewal, which makes key rotation a file update.
+// TokenSource mints slurmrestd JWTs for one Slurm user and renews them before they expire,
+// so no long-lived token is ever stored: HS256 with the auth/jwt key file (read again at
+// each renewal, which makes key rotation a file update), or RS256 with an RSA key whose
+// public half slurmctld has in a JWKS file (AuthAltParameters=jwks=...), named by KeyID.
 type TokenSource struct {
 	KeyFile  string
+	RSAKey   *rsa.PrivateKey
+	KeyID    string
 	User     string
 	Lifetime time.Duration
 
@@ -37,16 +41,24 @@ func (t *TokenSource) Token() (string, error) {
 	if t.token != "" && now.Before(t.renewAt) {
 		return t.token, nil
 	}
-	key, err := os.ReadFile(t.KeyFile)
-	if err != nil {
-		return "", fmt.Errorf("reading Slurm JWT key: %w", err)
-	}
-	if len(key) == 0 {
-		return "", fmt.Errorf("slurm JWT key %s is empty", t.KeyFile)
-	}
 	// Claims as `scontrol token` writes them: sun is the Slurm user name.
 	claims := jwt.MapClaims{"iat": now.Unix(), "exp": now.Add(t.Lifetime).Unix(), "sun": t.User}
-	signed, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(key)
+	var signed string
+	var err error
+	if t.RSAKey != nil {
+		tok := jwt.NewWithClaims(jwt.SigningMethodRS256, claims)
+		tok.Header["kid"] = t.KeyID
+		signed, err = tok.SignedString(t.RSAKey)
+	} else {
+		var key []byte
+		if key, err = os.ReadFile(t.KeyFile); err != nil {
+			return "", fmt.Errorf("reading Slurm JWT key: %w", err)
+		}
+		if len(key) == 0 {
+			return "", fmt.Errorf("slurm JWT key %s is empty", t.KeyFile)
+		}
+		signed, err = jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(key)
+	}
 	if err != nil {
 		return "", fmt.Errorf("signing Slurm JWT: %w", err)
 	}

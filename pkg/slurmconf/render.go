@@ -26,6 +26,7 @@ const (
 	// Files of the rendered ConfigMap.
 	SlurmConfFile  = "slurm.conf"
 	CgroupConfFile = "cgroup.conf"
+	JWKSFile       = "jwks.json"
 )
 
 // ControllerHost is the slurmctld pod's host name and its Service's DNS name (the
@@ -131,15 +132,33 @@ func (f Files) Hash() string {
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
+// Option adds to what Render writes.
+type Option func(*options)
+
+type options struct{ jwks []byte }
+
+// WithJWKS adds the public keys slurmctld also accepts JWTs of (JWKSFile, named in
+// AuthAltParameters beside the cluster's own HS256 key): kubeslurm's controller signs its
+// tokens with the private half, so it needs no access to the cluster's key Secret.
+func WithJWKS(jwks []byte) Option { return func(o *options) { o.jwks = jwks } }
+
 // Render validates the spec and renders the configuration files.
-func Render(c *slurmv1.SlurmCluster) (Files, error) {
+func Render(c *slurmv1.SlurmCluster, opts ...Option) (Files, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if err := Validate(c); err != nil {
 		return nil, err
 	}
-	return Files{SlurmConfFile: renderSlurmConf(c), CgroupConfFile: renderCgroupConf(c)}, nil
+	files := Files{SlurmConfFile: renderSlurmConf(c, o), CgroupConfFile: renderCgroupConf(c)}
+	if len(o.jwks) > 0 {
+		files[JWKSFile] = string(o.jwks)
+	}
+	return files, nil
 }
 
-func renderSlurmConf(c *slurmv1.SlurmCluster) string {
+func renderSlurmConf(c *slurmv1.SlurmCluster, o options) string {
 	var b strings.Builder
 	line := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	port, maxNodes := c.Spec.Controller.Port, c.Spec.Controller.MaxNodeCount
@@ -166,7 +185,11 @@ func renderSlurmConf(c *slurmv1.SlurmCluster) string {
 	line("AuthType=auth/slurm")
 	line("CredType=cred/slurm")
 	line("AuthAltTypes=auth/jwt")
-	line("AuthAltParameters=jwt_key=%s", JWTKeyPath)
+	if len(o.jwks) > 0 {
+		line("AuthAltParameters=jwks=%s/%s,jwt_key=%s", ConfigDir, JWKSFile, JWTKeyPath)
+	} else {
+		line("AuthAltParameters=jwt_key=%s", JWTKeyPath)
+	}
 	line("")
 	line("# Workers are dynamic nodes (slurmd -Z), each with its NodeSet's name as a feature.")
 	line("MaxNodeCount=%d", maxNodes)

@@ -36,6 +36,18 @@ func full() slurmv1.SlurmClusterSpec {
 	}
 }
 
+// With a JWKS, slurmctld accepts tokens signed by its keys as well as by the cluster's key.
+func TestRenderWithJWKS(t *testing.T) {
+	files, err := Render(cluster(slurmv1.SlurmClusterSpec{}), WithJWKS([]byte(`{"keys":[]}`)))
+	require.NoError(t, err)
+	assert.Equal(t, `{"keys":[]}`, files[JWKSFile])
+	assert.Contains(t, files[SlurmConfFile], "\nAuthAltParameters=jwks=/etc/slurm/jwks.json,jwt_key=/etc/slurm/jwt_hs256.key\n")
+	plain, err := Render(cluster(slurmv1.SlurmClusterSpec{}))
+	require.NoError(t, err)
+	assert.NotContains(t, plain, JWKSFile)
+	assert.NotEqual(t, plain.Hash(), files.Hash())
+}
+
 func TestRenderGolden(t *testing.T) {
 	for _, tc := range []struct {
 		name string

@@ -79,6 +79,11 @@ type Reconciler struct {
 	// are only ever created through it, never read.
 	Client   client.Client
 	Recorder events.EventRecorder
+	// Identity signs the controller's tokens to each cluster's Slurm (its JWKS goes into
+	// their configuration); nil: the controller does not talk to their Slurm.
+	Identity *Identity
+
+	slurm slurmClients
 }
 
 // allClusters queues every SlurmCluster: a node's change may add or remove a worker of any.
@@ -150,6 +155,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	status.DesiredWorkers, status.ReadyWorkers = int32(len(want)), ready
+	if r.observeSlurm(ctx, c, status) && (result.RequeueAfter == 0 || observePoll < result.RequeueAfter) {
+		result.RequeueAfter = observePoll
+	}
 	status.ObservedGeneration = c.Generation
 	if !equality.Semantic.DeepEqual(&c.Status, status) {
 		c.Status = *status
@@ -266,7 +274,11 @@ func (r *Reconciler) generateKey(ctx context.Context, c *slurmv1.SlurmCluster, n
 // ensureConfig renders the spec into the ConfigMap and sets ConfigValid. A spec that does
 // not render leaves the ConfigMap as it is.
 func (r *Reconciler) ensureConfig(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus) error {
-	files, err := slurmconf.Render(c)
+	var opts []slurmconf.Option
+	if r.Identity != nil {
+		opts = append(opts, slurmconf.WithJWKS(r.Identity.JWKS()))
+	}
+	files, err := slurmconf.Render(c, opts...)
 	if err != nil {
 		msg := err.Error() + "; the last valid configuration stays in place"
 		if setCondition(status, c.Generation, slurmv1.ConditionConfigValid, metav1.ConditionFalse, ReasonInvalidConfig, msg) {

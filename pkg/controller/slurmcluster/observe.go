@@ -1,0 +1,131 @@
+package slurmcluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
+	"github.com/kubeslurm/kubeslurm/pkg/slurm"
+)
+
+// observePoll: how often a cluster's Slurm node states are read into its status.
+const observePoll = 30 * time.Second
+
+// slurmClients keeps one slurmrestd client per URL.
+type slurmClients struct {
+	mu      sync.Mutex
+	clients map[string]slurm.Client
+}
+
+// clientFor is the client of the cluster's slurmrestd, signed with the controller's key.
+// It talks to a ready slurmrestd pod by its address (the Service's name needs cluster DNS,
+// which a controller outside the cluster's network may not have).
+func (r *Reconciler) clientFor(ctx context.Context, c *slurmv1.SlurmCluster) (slurm.Client, error) {
+	pods := &v1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels(componentLabels(c, componentSlurmrestd))); err != nil {
+		return nil, err
+	}
+	addr := ""
+	for i := range pods.Items {
+		if p := &pods.Items[i]; p.DeletionTimestamp == nil && isReady(p) && p.Status.PodIP != "" {
+			addr = p.Status.PodIP
+			break
+		}
+	}
+	if addr == "" {
+		return nil, nil
+	}
+	url := fmt.Sprintf("http://%s:%d", addr, restAPIPort(c))
+	r.slurm.mu.Lock()
+	defer r.slurm.mu.Unlock()
+	if sc, ok := r.slurm.clients[url]; ok {
+		return sc, nil
+	}
+	sc, err := slurm.NewClient(slurm.Config{URL: url, User: "slurm", RSAKey: r.Identity.Key, RSAKeyID: r.Identity.KeyID,
+		TokenLifetime: 10 * time.Minute, Timeout: 5 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	if r.slurm.clients == nil {
+		r.slurm.clients = map[string]slurm.Client{}
+	}
+	r.slurm.clients[url] = sc
+	return sc, nil
+}
+
+// observeSlurm reads the cluster's Slurm node states into status.nodes and nodeSummary,
+// through its slurmrestd, and says whether to look again later. Without the controller's
+// identity or a slurmrestd nothing is read; a failed read keeps the last summary (it is
+// logged): an unreadable Slurm is not an empty one.
+func (r *Reconciler) observeSlurm(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus) bool {
+	if r.Identity == nil || c.Spec.RestAPI == nil {
+		return false
+	}
+	sc, err := r.clientFor(ctx, c)
+	if err == nil && sc == nil {
+		return true // slurmrestd not ready yet
+	}
+	var nodes []slurm.Node
+	if err == nil {
+		nodes, err = sc.ListNodes(ctx)
+	}
+	if err != nil {
+		log.FromContext(ctx).Info("cannot read the cluster's Slurm nodes; status.nodes kept", "err", err.Error())
+		return true
+	}
+	status.Nodes = summarize(nodes)
+	status.NodeSummary = summaryLine(status.Nodes)
+	return true
+}
+
+// summarize counts nodes by their main state; a drained or down node counts there only.
+func summarize(nodes []slurm.Node) slurmv1.NodeStateSummary {
+	var s slurmv1.NodeStateSummary
+	for _, n := range nodes {
+		has := func(state string) bool {
+			for _, st := range n.States {
+				if st == state {
+					return true
+				}
+			}
+			return false
+		}
+		switch {
+		case has(slurm.NodeDown):
+			s.Down++
+		case has(slurm.NodeDrain):
+			s.Drained++
+		case has(slurm.NodeMixed):
+			s.Mixed++
+		case has(slurm.NodeAllocated):
+			s.Allocated++
+		case has(slurm.NodeIdle):
+			s.Idle++
+		}
+	}
+	return s
+}
+
+// summaryLine is the summary for kubectl get, e.g. "idle=3 alloc=1"; "none" with no node.
+func summaryLine(s slurmv1.NodeStateSummary) string {
+	var parts []string
+	for _, p := range []struct {
+		name string
+		n    int32
+	}{{"idle", s.Idle}, {"mixed", s.Mixed}, {"alloc", s.Allocated}, {"drain", s.Drained}, {"down", s.Down}} {
+		if p.n > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", p.name, p.n))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, " ")
+}
