@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -180,6 +181,21 @@ func TestSlurmClusterRunsSlurm(t *testing.T) {
 		return strings.Contains(squeue(), running+" RUNNING "+runnerNode)
 	})
 
+	// The busy worker is labelled so, and its PodDisruptionBudget refuses its eviction (a
+	// `kubectl drain` of its node waits for the job).
+	worker := "slurm-runner-" + runnerNode
+	eventually(t, 90*time.Second, "the busy worker labelled and counted by its PodDisruptionBudget", func() bool {
+		p, err := kube.CoreV1().Pods(ns).Get(ctx, worker, metav1.GetOptions{})
+		if err != nil || p.Labels["slurm.kubeslurm.io/busy"] != "true" {
+			return false
+		}
+		pdb, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "slurm-busy-workers", metav1.GetOptions{})
+		return err == nil && pdb.Status.ExpectedPods == 1 && pdb.Status.DisruptionsAllowed == 0
+	})
+	err := kube.PolicyV1().Evictions(ns).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: worker}})
+	require.Error(t, err, "evicting a busy worker")
+	assert.True(t, apierrors.IsTooManyRequests(err), "refused by the disruption budget: %v", err)
+
 	old, err := kube.CoreV1().Pods(ns).Get(ctx, "slurm-controller-0", metav1.GetOptions{})
 	require.NoError(t, err)
 	require.NoError(t, kube.CoreV1().Pods(ns).Delete(ctx, old.Name, metav1.DeleteOptions{}))
@@ -238,7 +254,6 @@ func TestSlurmClusterRunsSlurm(t *testing.T) {
 
 	// Issue 5, test 5: a worker whose slurmd runs while Slurm has no node of its name (here:
 	// its record deleted by hand) is recreated, with an event, and registers again.
-	worker := "slurm-runner-" + runnerNode
 	before, err := kube.CoreV1().Pods(ns).Get(ctx, worker, metav1.GetOptions{})
 	require.NoError(t, err)
 	eventually(t, 60*time.Second, "the idle node's record deleted", func() bool {

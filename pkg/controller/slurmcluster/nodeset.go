@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,7 +32,9 @@ const (
 
 	componentSlurmd = "slurmd"
 	// Labels and annotations of a worker pod.
-	nodeSetLabel         = "slurm.kubeslurm.io/nodeset"
+	nodeSetLabel = "slurm.kubeslurm.io/nodeset"
+	// busyLabel marks a worker whose Slurm node runs jobs (observe.go).
+	busyLabel            = "slurm.kubeslurm.io/busy"
 	slurmNodeAnnotation  = "slurm.kubeslurm.io/node-name"
 	workerSpecAnnotation = "slurm.kubeslurm.io/worker-spec-hash"
 )
@@ -300,6 +303,33 @@ func (r *Reconciler) ensureWorkers(ctx context.Context, c *slurmv1.SlurmCluster,
 		}
 	}
 	return countReady(existing), nil
+}
+
+// BusyWorkersPDB names the cluster's PodDisruptionBudget of busy workers.
+func BusyWorkersPDB(c *slurmv1.SlurmCluster) string { return c.Name + "-busy-workers" }
+
+// ensureBusyWorkersPDB keeps the PodDisruptionBudget that lets no busy worker be evicted
+// (maxUnavailable 0 over the workers labelled busy): `kubectl drain` of a Kubernetes node
+// waits until its worker's Slurm jobs are done. An idle worker may go; its wrapper drains
+// it anyway. Deleting a pod is no eviction: scale-in is not held up, it drains.
+func (r *Reconciler) ensureBusyWorkersPDB(ctx context.Context, c *slurmv1.SlurmCluster) error {
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: BusyWorkersPDB(c)}}
+	if len(c.Spec.NodeSets) == 0 {
+		return r.deleteOwned(ctx, c, pdb)
+	}
+	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, pdb, func() error {
+		selector := componentLabels(c, componentSlurmd)
+		selector[busyLabel] = "true"
+		pdb.Labels = componentLabels(c, componentSlurmd)
+		pdb.Spec.Selector = &metav1.LabelSelector{MatchLabels: selector}
+		pdb.Spec.MaxUnavailable = ptr(intstr.FromInt32(0))
+		pdb.Spec.MinAvailable = nil
+		return controllerutil.SetControllerReference(c, pdb, r.Client.Scheme())
+	})
+	if err != nil {
+		return fmt.Errorf("PodDisruptionBudget %s: %w", pdb.Name, err)
+	}
+	return nil
 }
 
 func (r *Reconciler) deleteWorker(ctx context.Context, c *slurmv1.SlurmCluster, p *v1.Pod, reason, why string) error {

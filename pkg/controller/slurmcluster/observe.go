@@ -82,21 +82,48 @@ func (r *Reconciler) observeSlurm(ctx context.Context, c *slurmv1.SlurmCluster, 
 	}
 	status.Nodes = summarize(nodes)
 	status.NodeSummary = summaryLine(status.Nodes)
+	if err := r.markBusyWorkers(ctx, c, nodes); err != nil {
+		log.FromContext(ctx).Info("cannot mark busy workers", "err", err.Error())
+	}
 	return true
+}
+
+// markBusyWorkers labels each worker pod busy=true while its Slurm node runs jobs (and
+// removes the label when it does not): the cluster's PodDisruptionBudget (nodeset.go) lets
+// no busy worker be evicted. A worker whose node Slurm does not list is left as it is.
+func (r *Reconciler) markBusyWorkers(ctx context.Context, c *slurmv1.SlurmCluster, nodes []slurm.Node) error {
+	busy := map[string]bool{}
+	for _, n := range nodes {
+		busy[n.Name] = n.Busy()
+	}
+	pods := &v1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels(componentLabels(c, componentSlurmd))); err != nil {
+		return err
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		b, known := busy[p.Annotations[slurmNodeAnnotation]]
+		if !known || p.DeletionTimestamp != nil || (p.Labels[busyLabel] == "true") == b {
+			continue
+		}
+		patch := client.MergeFrom(p.DeepCopy())
+		if b {
+			p.Labels[busyLabel] = "true"
+		} else {
+			delete(p.Labels, busyLabel)
+		}
+		if err := r.Client.Patch(ctx, p, patch); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("labelling worker pod %s: %w", p.Name, err)
+		}
+	}
+	return nil
 }
 
 // summarize counts nodes by their main state; a drained or down node counts there only.
 func summarize(nodes []slurm.Node) slurmv1.NodeStateSummary {
 	var s slurmv1.NodeStateSummary
-	for _, n := range nodes {
-		has := func(state string) bool {
-			for _, st := range n.States {
-				if st == state {
-					return true
-				}
-			}
-			return false
-		}
+	for i := range nodes {
+		has := nodes[i].Has
 		switch {
 		case has(slurm.NodeDown):
 			s.Down++

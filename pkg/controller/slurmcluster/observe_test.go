@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -68,4 +69,33 @@ func TestLoadIdentity(t *testing.T) {
 	require.NoError(t, kube.Update(ctx, s))
 	_, err = LoadIdentity(ctx, kube, kube, "kubeslurm-system", "signing")
 	assert.ErrorContains(t, err, "no PEM block", "a broken key is an error, not replaced")
+}
+
+// Workers are labelled busy while their Slurm node runs jobs; the cluster's
+// PodDisruptionBudget selects the busy ones and allows none of them to go.
+func TestBusyWorkersProtected(t *testing.T) {
+	c := newCluster()
+	c.Spec.NodeSets = []slurmv1.NodeSetSpec{{Name: "r", Mode: slurmv1.NodeSetReplicas, Replicas: ptr[int32](2)}}
+	c.Spec.Partitions = nil
+	f := newFixture(t, c)
+	f.reconcile()
+	f.controllerUp()
+	f.reconcile()
+	pdb := &policyv1.PodDisruptionBudget{}
+	require.NoError(t, f.kube.Get(context.Background(), client.ObjectKey{Namespace: "hpc", Name: "slurm-busy-workers"}, pdb))
+	assert.Equal(t, int32(0), pdb.Spec.MaxUnavailable.IntVal)
+	assert.Equal(t, "true", pdb.Spec.Selector.MatchLabels[busyLabel])
+	assert.Equal(t, "slurmd", pdb.Spec.Selector.MatchLabels["app.kubernetes.io/component"])
+
+	cl := f.cluster()
+	nodes := []slurm.Node{{Name: "slurm-r-0", States: []string{"MIXED"}}, {Name: "slurm-r-1", States: []string{"IDLE"}}}
+	require.NoError(t, f.r.markBusyWorkers(context.Background(), cl, nodes))
+	pods := f.workers()
+	assert.Equal(t, "true", pods["slurm-r-0"].Labels[busyLabel])
+	assert.NotContains(t, pods["slurm-r-1"].Labels, busyLabel)
+
+	// Its jobs done, the worker may go again; a node Slurm does not list changes nothing.
+	nodes = []slurm.Node{{Name: "slurm-r-0", States: []string{"IDLE"}}}
+	require.NoError(t, f.r.markBusyWorkers(context.Background(), cl, nodes))
+	assert.NotContains(t, f.workers()["slurm-r-0"].Labels, busyLabel)
 }

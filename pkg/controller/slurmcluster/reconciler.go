@@ -17,6 +17,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -108,6 +109,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&v1.Service{}).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&appsv1.Deployment{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&v1.Pod{}).
 		// DaemonSet-mode NodeSets follow the nodes their selectors match.
 		Watches(&v1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allClusters), builder.WithPredicates(predicate.LabelChangedPredicate{})).
@@ -152,6 +154,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	ready, err := r.ensureWorkers(ctx, c, status, want)
 	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.ensureBusyWorkersPDB(ctx, c); err != nil {
 		return ctrl.Result{}, err
 	}
 	status.DesiredWorkers, status.ReadyWorkers = int32(len(want)), ready
