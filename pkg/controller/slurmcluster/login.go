@@ -60,11 +60,18 @@ func loginDeployment(c *slurmv1.SlurmCluster, set *slurmv1.LoginSetSpec, d *apps
 				PeriodSeconds:  5,
 				TimeoutSeconds: 10,
 			},
-			VolumeMounts: []v1.VolumeMount{{Name: "key", MountPath: "/etc/slurm-key", ReadOnly: true}},
+			VolumeMounts: []v1.VolumeMount{
+				{Name: "key", MountPath: "/etc/slurm-key", ReadOnly: true},
+				// sackd's fetched configuration and its socket, which the commands look for.
+				{Name: "run", MountPath: "/run/slurm"},
+			},
 		}},
-		Volumes: []v1.Volume{{Name: "key", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{
-			SecretName: keySecret, DefaultMode: ptr[int32](0o400), Items: []v1.KeyToPath{{Key: key, Path: SlurmKeyName}},
-		}}}},
+		Volumes: []v1.Volume{
+			{Name: "key", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{
+				SecretName: keySecret, DefaultMode: ptr[int32](0o400), Items: []v1.KeyToPath{{Key: key, Path: SlurmKeyName}},
+			}}},
+			{Name: "run", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+		},
 	}
 	if ref := set.SSSDConfRef; ref != nil {
 		pod := &d.Spec.Template.Spec
