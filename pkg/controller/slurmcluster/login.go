@@ -22,6 +22,10 @@ const (
 	loginSetLabel  = "slurm.kubeslurm.io/loginset"
 	// sssdConfPath is where a LoginSet's sssd.conf is mounted, for an image that runs sssd.
 	sssdConfPath = "/etc/sssd/sssd.conf"
+	// LoginSackdPort is where sackd listens for slurmctld's configuration updates: not
+	// slurmd's 6818 (sackd's default), so a login pod and a worker can share a host network
+	// (hostNetwork pods, or the local pod runner).
+	LoginSackdPort = 6828
 )
 
 // LoginName names a LoginSet's Deployment.
@@ -54,7 +58,8 @@ func loginDeployment(c *slurmv1.SlurmCluster, set *slurmv1.LoginSetSpec, d *apps
 			Name:  componentLogin,
 			Image: image,
 			Args: []string{"-D", "--conf-server", fmt.Sprintf("%s:%d", addr, controllerPort(c)),
-				"--key-file", "/etc/slurm-key/" + SlurmKeyName},
+				"--key-file", "/etc/slurm-key/" + SlurmKeyName, "-p", fmt.Sprint(LoginSackdPort)},
+			Ports: []v1.ContainerPort{{Name: "sackd", ContainerPort: LoginSackdPort}},
 			ReadinessProbe: &v1.Probe{
 				ProbeHandler:   v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"/usr/bin/sinfo", "--noheader", "--summarize"}}},
 				PeriodSeconds:  5,
