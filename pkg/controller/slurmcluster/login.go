@@ -58,7 +58,9 @@ func loginDeployment(c *slurmv1.SlurmCluster, set *slurmv1.LoginSetSpec, d *apps
 			Name:  componentLogin,
 			Image: image,
 			Args: []string{"-D", "--conf-server", fmt.Sprintf("%s:%d", addr, controllerPort(c)),
-				"--key-file", "/etc/slurm-key/" + SlurmKeyName, "-p", fmt.Sprint(LoginSackdPort)},
+				"--key-file", "/etc/slurm-key/" + SlurmKeyName},
+			// sackd 26.05 takes its port from the environment (its -p is documented, not parsed).
+			Env:   []v1.EnvVar{{Name: "SACKD_PORT", Value: fmt.Sprint(LoginSackdPort)}},
 			Ports: []v1.ContainerPort{{Name: "sackd", ContainerPort: LoginSackdPort}},
 			ReadinessProbe: &v1.Probe{
 				ProbeHandler:   v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"/usr/bin/sinfo", "--noheader", "--summarize"}}},

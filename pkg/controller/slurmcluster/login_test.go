@@ -33,7 +33,8 @@ func TestLoginSetsFollowTheSpec(t *testing.T) {
 	assert.Equal(t, int32(1), *users.Spec.Replicas)
 	ctr := users.Spec.Template.Spec.Containers[0]
 	assert.Equal(t, DefaultLoginImage, ctr.Image)
-	assert.Equal(t, []string{"-D", "--conf-server", "slurm-controller.hpc.svc:6817", "--key-file", "/etc/slurm-key/slurm.key", "-p", "6828"}, ctr.Args)
+	assert.Equal(t, []string{"-D", "--conf-server", "slurm-controller.hpc.svc:6817", "--key-file", "/etc/slurm-key/slurm.key"}, ctr.Args)
+	assert.Equal(t, []v1.EnvVar{{Name: "SACKD_PORT", Value: "6828"}}, ctr.Env)
 	assert.Equal(t, []string{"/usr/bin/sinfo", "--noheader", "--summarize"}, ctr.ReadinessProbe.Exec.Command)
 	assert.Len(t, users.Spec.Template.Spec.Volumes, 2, "the key and /run/slurm: no sssd.conf asked for")
 

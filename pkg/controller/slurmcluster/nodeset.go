@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -303,6 +305,42 @@ func (r *Reconciler) ensureWorkers(ctx context.Context, c *slurmv1.SlurmCluster,
 		}
 	}
 	return countReady(existing), nil
+}
+
+// WorkersFinalizer holds a deleted SlurmCluster until its workers are gone: they drain
+// their Slurm nodes as they go, which needs slurmctld, which the garbage collector would
+// otherwise delete at the same time.
+const WorkersFinalizer = "slurm.kubeslurm.io/workers"
+
+// teardown deletes a deleted cluster's worker pods first and lets the rest go (the
+// finalizer off; owner references do the rest) once none is left.
+func (r *Reconciler) teardown(ctx context.Context, c *slurmv1.SlurmCluster) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(c, WorkersFinalizer) {
+		return ctrl.Result{}, nil
+	}
+	pods := &v1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels(componentLabels(c, componentSlurmd))); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing worker pods: %w", err)
+	}
+	left := 0
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if !metav1.IsControlledBy(p, c) {
+			continue
+		}
+		left++
+		if p.DeletionTimestamp == nil {
+			if err := r.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {
+				return ctrl.Result{}, fmt.Errorf("deleting worker pod %s: %w", p.Name, err)
+			}
+		}
+	}
+	if left > 0 {
+		// Pods are watched; this is in case a drain takes long.
+		return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
+	}
+	controllerutil.RemoveFinalizer(c, WorkersFinalizer)
+	return ctrl.Result{}, r.Client.Update(ctx, c)
 }
 
 // BusyWorkersPDB names the cluster's PodDisruptionBudget of busy workers.

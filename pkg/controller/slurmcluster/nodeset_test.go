@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -194,4 +195,39 @@ func TestWorkerPodName(t *testing.T) {
 	name := workerPodName(c, worker{set: set, slurm: long})
 	assert.LessOrEqual(t, len(name), 63)
 	assert.NotEqual(t, name, workerPodName(c, worker{set: set, slurm: long + "x"}), "distinct nodes keep distinct pods")
+}
+
+// A deleted cluster goes only once its workers are gone (they drain through slurmctld,
+// which must outlive them).
+func TestTeardownWorkersFirst(t *testing.T) {
+	c := newCluster()
+	c.Spec.NodeSets = []slurmv1.NodeSetSpec{{Name: "r", Mode: slurmv1.NodeSetReplicas, Replicas: ptr[int32](2)}}
+	c.Spec.Partitions = nil
+	f := newFixture(t, c)
+	f.reconcile()
+	assert.Contains(t, f.cluster().Finalizers, WorkersFinalizer)
+	f.controllerUp()
+	f.reconcile()
+	require.Len(t, f.workers(), 2)
+
+	// The fake client keeps a deleted object with a finalizer, as the API server does.
+	require.NoError(t, f.kube.Delete(context.Background(), f.cluster()))
+	for _, p := range f.workers() {
+		// Pods that take their time to go (a worker draining).
+		p.Finalizers = []string{"test/draining"}
+		require.NoError(t, f.kube.Update(context.Background(), p))
+	}
+	f.reconcile()
+	for name, p := range f.workers() {
+		assert.NotNil(t, p.DeletionTimestamp, "%s asked to go", name)
+	}
+	assert.Contains(t, f.cluster().Finalizers, WorkersFinalizer, "held while workers drain")
+
+	for _, p := range f.workers() {
+		p.Finalizers = nil
+		require.NoError(t, f.kube.Update(context.Background(), p))
+	}
+	f.reconcile()
+	err := f.kube.Get(context.Background(), client.ObjectKey{Namespace: "hpc", Name: "slurm"}, &slurmv1.SlurmCluster{})
+	assert.True(t, apierrors.IsNotFound(err), "gone once its workers are: %v", err)
 }

@@ -122,6 +122,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if c.DeletionTimestamp != nil {
+		return r.teardown(ctx, c)
+	}
+	if controllerutil.AddFinalizer(c, WorkersFinalizer) {
+		if err := r.Client.Update(ctx, c); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	status := c.Status.DeepCopy()
 	var result ctrl.Result
 	if err := r.ensureKeys(ctx, c, status); isKeyProblem(err) {
