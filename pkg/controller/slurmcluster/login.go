@@ -71,6 +71,8 @@ func loginDeployment(c *slurmv1.SlurmCluster, set *slurmv1.LoginSetSpec, d *apps
 				{Name: "key", MountPath: "/etc/slurm-key", ReadOnly: true},
 				// sackd's fetched configuration and its socket, which the commands look for.
 				{Name: "run", MountPath: "/run/slurm"},
+				// Empty: a slurm.conf in the image would win over sackd's.
+				{Name: "etc", MountPath: slurmconf.ConfigDir},
 			},
 		}},
 		Volumes: []v1.Volume{
@@ -78,6 +80,7 @@ func loginDeployment(c *slurmv1.SlurmCluster, set *slurmv1.LoginSetSpec, d *apps
 				SecretName: keySecret, DefaultMode: ptr[int32](0o400), Items: []v1.KeyToPath{{Key: key, Path: SlurmKeyName}},
 			}}},
 			{Name: "run", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+			{Name: "etc", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
 		},
 	}
 	if ref := set.SSSDConfRef; ref != nil {

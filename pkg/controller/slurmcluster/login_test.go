@@ -36,12 +36,12 @@ func TestLoginSetsFollowTheSpec(t *testing.T) {
 	assert.Equal(t, []string{"-D", "--conf-server", "slurm-controller.hpc.svc:6817", "--key-file", "/etc/slurm-key/slurm.key"}, ctr.Args)
 	assert.Equal(t, []v1.EnvVar{{Name: "SACKD_PORT", Value: "6828"}}, ctr.Env)
 	assert.Equal(t, []string{"/usr/bin/sinfo", "--noheader", "--summarize"}, ctr.ReadinessProbe.Exec.Command)
-	assert.Len(t, users.Spec.Template.Spec.Volumes, 2, "the key and /run/slurm: no sssd.conf asked for")
+	assert.Len(t, users.Spec.Template.Spec.Volumes, 3, "the key, /run/slurm and an empty /etc/slurm: no sssd.conf asked for")
 
 	ldap, err := get("slurm-login-ldap")
 	require.NoError(t, err)
 	assert.Equal(t, int32(2), *ldap.Spec.Replicas)
-	assert.Equal(t, "sssd", ldap.Spec.Template.Spec.Volumes[2].Secret.SecretName)
+	assert.Equal(t, "sssd", ldap.Spec.Template.Spec.Volumes[3].Secret.SecretName)
 	assert.Contains(t, ldap.Spec.Template.Spec.Containers[0].VolumeMounts,
 		v1.VolumeMount{Name: "sssd", MountPath: "/etc/sssd/sssd.conf", SubPath: "sssd.conf", ReadOnly: true})
 
