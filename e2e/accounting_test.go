@@ -32,7 +32,8 @@ import (
 const mariaDBScript = `set -e
 chown mysql:mysql "$DIR"
 printf '%s\n' "$INIT_SQL" >"$DIR/init.sql"
-mariadb-install-db --no-defaults --user=mysql --datadir="$DIR/data" --skip-test-db \
+# --force: the root has no /etc/hosts to look the host name up in (grants use addresses).
+mariadb-install-db --no-defaults --force --user=mysql --datadir="$DIR/data" --skip-test-db \
   --auth-root-authentication-method=socket >"$DIR/install.log" 2>&1 || { cat "$DIR/install.log" >&2; exit 1; }
 exec mariadbd --no-defaults --user=mysql --datadir="$DIR/data" --socket="$DIR/mysqld.sock" \
   --pid-file="$DIR/mariadbd.pid" --port="$PORT" --bind-address=127.0.0.1 --skip-name-resolve \
@@ -112,6 +113,11 @@ func TestSlurmClusterAccounting(t *testing.T) {
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	applyExample(t, ns, "slurmcluster-accounting.yaml")
+	t.Cleanup(func() {
+		if t.Failed() {
+			logDaemons(t, ns, "slurmdbd", "slurmctld")
+		}
+	})
 
 	key := client.ObjectKey{Namespace: ns, Name: "slurm"}
 	c := &slurmv1.SlurmCluster{}
@@ -151,4 +157,19 @@ func TestSlurmClusterAccounting(t *testing.T) {
 		return code == 200 && regexp.MustCompile(`"job_id":\s*`+id+`\b`).Match(body) &&
 			regexp.MustCompile(`"current":\s*\[\s*"COMPLETED"`).Match(body)
 	})
+}
+
+// logDaemons logs the pod runner's container logs of the namespace's pods whose container
+// is one of names (the Slurm daemons' own logs), for a failed test.
+func logDaemons(t *testing.T, ns string, names ...string) {
+	for _, name := range names {
+		files, _ := filepath.Glob(filepath.Join(runDir, "podrunner", "logs", ns+"_*_"+name+".log"))
+		for _, f := range files {
+			b, _ := os.ReadFile(f)
+			if len(b) > 8000 {
+				b = b[len(b)-8000:]
+			}
+			t.Logf("%s:\n%s", filepath.Base(f), b)
+		}
+	}
 }
