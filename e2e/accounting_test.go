@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -27,7 +26,9 @@ import (
 
 // mariaDBScript runs inside the Slurm root (deploy/local/slurm-exec.sh), on a tmpfs of its
 // own at $DIR: a new data directory, then mariadbd as the mysql user on 127.0.0.1:$PORT
-// alone, creating the test's database user from $INIT_SQL when it starts. Its PID is the
+// alone, creating the test's database user from $INIT_SQL when it starts. slurmdbd wants
+// innodb_snapshot_isolation off (on by default since MariaDB 11.6) and a long lock wait;
+// the memory sizes are a test's, below what slurmdbd recommends. Its PID is the
 // one slurm-exec.sh started with (exec all the way), so SIGTERM stops it cleanly.
 const mariaDBScript = `set -e
 chown mysql:mysql "$DIR"
@@ -37,7 +38,8 @@ mariadb-install-db --no-defaults --force --user=mysql --datadir="$DIR/data" --sk
   --auth-root-authentication-method=socket >"$DIR/install.log" 2>&1 || { cat "$DIR/install.log" >&2; exit 1; }
 exec mariadbd --no-defaults --user=mysql --datadir="$DIR/data" --socket="$DIR/mysqld.sock" \
   --pid-file="$DIR/mariadbd.pid" --port="$PORT" --bind-address=127.0.0.1 --skip-name-resolve \
-  --init-file="$DIR/init.sql" --innodb-buffer-pool-size=32M --innodb-log-file-size=16M
+  --init-file="$DIR/init.sql" --innodb-buffer-pool-size=64M --innodb-log-file-size=16M \
+  --innodb-lock-wait-timeout=900 --innodb-snapshot-isolation=OFF
 `
 
 // startMariaDB runs MariaDB (Debian's mariadb-server, from the Slurm root) as a host
@@ -138,7 +140,8 @@ func TestSlurmClusterAccounting(t *testing.T) {
 	// slurmctld registered the cluster itself.
 	eventually(t, 60*time.Second, "sacctmgr lists cluster acct", func() bool {
 		out, ok := slurmCommand(t, c, "/usr/bin/sacctmgr", "-n", "-P", "show", "cluster", "format=Cluster")
-		return ok && strings.TrimSpace(out) == "acct"
+		// The output is the pod's log: the pod runner's header line, then sacctmgr's.
+		return ok && regexp.MustCompile(`(?m)^acct$`).MatchString(out)
 	})
 
 	out, ok := slurmCommand(t, c, "/usr/bin/sbatch", "--chdir", "/tmp", "--output", "/dev/null", "--wrap", "true")
@@ -148,7 +151,7 @@ func TestSlurmClusterAccounting(t *testing.T) {
 	id := m[1]
 	eventually(t, 120*time.Second, "sacct shows job "+id+" COMPLETED", func() bool {
 		out, ok := slurmCommand(t, c, "/usr/bin/sacct", "-X", "-n", "-P", "-j", id, "-o", "JobID,State")
-		return ok && strings.TrimSpace(out) == id+"|COMPLETED"
+		return ok && regexp.MustCompile(`(?m)^`+id+`\|COMPLETED$`).MatchString(out)
 	})
 
 	// slurmrestd serves the same record from slurmdbd (openapi/slurmdbd).
