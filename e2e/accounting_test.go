@@ -19,9 +19,11 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
+	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
 
 // mariaDBScript runs inside the Slurm root (deploy/local/slurm-exec.sh), on a tmpfs of its
@@ -120,8 +122,25 @@ func TestSlurmClusterAccounting(t *testing.T) {
 			logDaemons(t, ns, "slurmdbd", "slurmctld")
 		}
 	})
-
 	key := client.ObjectKey{Namespace: ns, Name: "slurm"}
+	// Before the cluster is deleted, its worker leaves while slurmctld still runs: a worker
+	// pod being deleted drains its node through slurmctld, and would wait out its grace
+	// period for a slurmctld deleted with it.
+	t.Cleanup(func() {
+		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			c := &slurmv1.SlurmCluster{}
+			if err := kc.Get(ctx, key, c); err != nil {
+				return err
+			}
+			c.Spec.NodeSets[0].NodeSelector = map[string]string{"kubeslurm.io/pod-runner": "none"}
+			return kc.Update(ctx, c)
+		}))
+		eventually(t, 90*time.Second, "the worker pod gone", func() bool {
+			pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: wellknown.SlurmComponentLabel + "=slurmd"})
+			return err == nil && len(pods.Items) == 0
+		})
+	})
+
 	c := &slurmv1.SlurmCluster{}
 	eventually(t, 180*time.Second, "AccountingReady and ControllerReady True, one ready worker", func() bool {
 		return kc.Get(ctx, key, c) == nil &&
