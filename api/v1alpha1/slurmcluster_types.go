@@ -241,7 +241,10 @@ type PartitionSpec struct {
 	Options map[string]string `json:"options,omitempty"`
 }
 
-// AccountingSpec is slurmdbd and the database it stores into.
+// AccountingSpec is slurmdbd and the database it stores into. kubeslurm runs slurmdbd (a
+// Deployment of one pod and the Service <name>-accounting); the database is the user's.
+// The controller never reads the password: slurmdbd's pod adds it to slurmdbd.conf when it
+// starts (docs/slurm-cluster.md, "Accounting").
 type AccountingSpec struct {
 	// Image of slurmdbd.
 	// +optional
@@ -254,23 +257,42 @@ type AccountingSpec struct {
 	Port int32 `json:"port,omitempty"`
 	// Database slurmdbd stores into (MySQL or MariaDB).
 	Database DatabaseSpec `json:"database"`
+	// ExtraConfig is appended to slurmdbd.conf, validated like spec.extraConfig; the keys
+	// kubeslurm sets (authentication, DbdHost/DbdPort, SlurmUser, PidFile, PluginDir and the
+	// Storage* keys of spec.accounting.database) are refused.
+	// +kubebuilder:validation:MaxLength=16384
+	// +optional
+	ExtraConfig string `json:"extraConfig,omitempty"`
+	// Resources of the slurmdbd container.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 }
 
 // DatabaseSpec is a MySQL/MariaDB server.
 type DatabaseSpec struct {
-	// Host of the database server.
+	// Host of the database server: a name or an IP address. "localhost" would make the
+	// MySQL client use a Unix socket in slurmdbd's pod; give 127.0.0.1 for a server on the
+	// pod's own host network.
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
 	Host string `json:"host"`
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
 	// +kubebuilder:default=3306
 	// +optional
 	Port int32 `json:"port,omitempty"`
 	// Name of the database. Empty: slurm_acct_db.
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_$]+$`
 	// +optional
 	Name string `json:"name,omitempty"`
 	// User slurmdbd logs in as.
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=80
 	User string `json:"user"`
-	// PasswordRef is the user's password.
+	// PasswordRef is the user's password: a Secret's key, mounted into slurmdbd's pod
+	// alone. Printable ASCII without space, '#', '"' or '\' (what slurmdbd.conf can hold
+	// unquoted); trailing newlines are dropped.
 	PasswordRef corev1.SecretKeySelector `json:"passwordRef"`
 }
 
@@ -318,6 +340,9 @@ const (
 	// ConditionComputeDomainReady: the ComputeDomain exists as the spec asks and NVIDIA's
 	// driver reports it Ready. Absent while spec.computeDomain is not enabled.
 	ConditionComputeDomainReady = "ComputeDomainReady"
+	// ConditionAccountingReady: slurmdbd runs and accepts connections. Absent while
+	// spec.accounting is not set.
+	ConditionAccountingReady = "AccountingReady"
 )
 
 // ComputeDomainStatus is the cluster's ComputeDomain as NVIDIA's driver reports it.
@@ -351,7 +376,8 @@ type SlurmClusterStatus struct {
 	// ObservedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: ConfigValid, KeysReady, ControllerReady, ConfigApplied, ComputeDomainReady.
+	// Conditions: ConfigValid, KeysReady, ControllerReady, ConfigApplied, ComputeDomainReady,
+	// AccountingReady.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -401,6 +427,7 @@ type SlurmClusterStatus struct {
 // +kubebuilder:printcolumn:name="Nodes",type=string,JSONPath=`.status.nodeSummary`
 // +kubebuilder:printcolumn:name="Config",type=string,JSONPath=`.status.conditions[?(@.type=="ConfigValid")].status`
 // +kubebuilder:printcolumn:name="Keys",type=string,JSONPath=`.status.conditions[?(@.type=="KeysReady")].status`
+// +kubebuilder:printcolumn:name="Accounting",type=string,JSONPath=`.status.conditions[?(@.type=="AccountingReady")].status`,priority=1
 // +kubebuilder:printcolumn:name="Domain",type=integer,JSONPath=`.status.computeDomain.nodeCount`
 // +kubebuilder:printcolumn:name="Reconfigured",type=date,JSONPath=`.status.lastReconfigureTime`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

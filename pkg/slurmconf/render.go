@@ -1,5 +1,5 @@
 // Package slurmconf renders a SlurmCluster's Slurm configuration files (slurm.conf,
-// cgroup.conf) from its spec, and validates the configuration users add to them. Pure: no
+// cgroup.conf, and slurmdbd.conf without its password) from its spec, and validates the configuration users add to them. Pure: no
 // API or Slurm calls.
 package slurmconf
 
@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
 )
 
@@ -24,9 +26,17 @@ const (
 	DefaultPort    = 6817
 	DefaultDBDPort = 6819
 	// Files of the rendered ConfigMap.
-	SlurmConfFile  = "slurm.conf"
-	CgroupConfFile = "cgroup.conf"
-	JWKSFile       = "jwks.json"
+	SlurmConfFile    = "slurm.conf"
+	CgroupConfFile   = "cgroup.conf"
+	JWKSFile         = "jwks.json"
+	SlurmdbdConfFile = "slurmdbd.conf"
+	// DefaultDatabase is StorageLoc when spec.accounting.database.name is empty.
+	DefaultDatabase = "slurm_acct_db"
+	// DefaultDatabasePort is the MySQL/MariaDB port.
+	DefaultDatabasePort = 3306
+	// SlurmdbdRunDir is slurmdbd's own directory in its pod: its PID file, and the
+	// slurmdbd.conf it runs with (this file and the password, mode 0600).
+	SlurmdbdRunDir = "/run/slurmdbd"
 )
 
 // ControllerHost is the slurmctld pod's host name and its Service's DNS name (the
@@ -94,8 +104,25 @@ func Validate(c *slurmv1.SlurmCluster) error {
 		return fmt.Errorf("partitions: %d are marked default, at most one may be", defaults)
 	}
 	if a := c.Spec.Accounting; a != nil {
-		if err := ValidateValue(a.Database.Host); err != nil {
-			return fmt.Errorf("accounting.database.host: %w", err)
+		for _, f := range []struct{ name, value string }{
+			{"host", a.Database.Host}, {"user", a.Database.User}, {"name", a.Database.Name},
+		} {
+			if f.name == "name" && f.value == "" {
+				continue
+			}
+			if err := ValidateValue(f.value); err != nil {
+				return fmt.Errorf("accounting.database.%s: %w", f.name, err)
+			}
+		}
+		ref := a.Database.PasswordRef
+		if errs := validation.IsDNS1123Subdomain(ref.Name); len(errs) > 0 {
+			return fmt.Errorf("accounting.database.passwordRef.name %q: %s", ref.Name, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsConfigMapKey(ref.Key); len(errs) > 0 {
+			return fmt.Errorf("accounting.database.passwordRef.key %q: %s", ref.Key, strings.Join(errs, "; "))
+		}
+		if err := validateLines(a.ExtraConfig, reservedSlurmdbdConf); err != nil {
+			return fmt.Errorf("accounting.extraConfig: %w", err)
 		}
 	}
 	reserved := reservedSlurmConf
@@ -155,6 +182,9 @@ func Render(c *slurmv1.SlurmCluster, opts ...Option) (Files, error) {
 	if len(o.jwks) > 0 {
 		files[JWKSFile] = string(o.jwks)
 	}
+	if c.Spec.Accounting != nil {
+		files[SlurmdbdConfFile] = renderSlurmdbdConf(c)
+	}
 	return files, nil
 }
 
@@ -210,14 +240,10 @@ func renderSlurmConf(c *slurmv1.SlurmCluster, o options) string {
 		line("SwitchType=switch/nvidia_imex")
 	}
 	if a := c.Spec.Accounting; a != nil {
-		p := a.Port
-		if p == 0 {
-			p = DefaultDBDPort
-		}
 		line("")
 		line("AccountingStorageType=accounting_storage/slurmdbd")
 		line("AccountingStorageHost=%s", AccountingHost(c))
-		line("AccountingStoragePort=%d", p)
+		line("AccountingStoragePort=%d", AccountingPort(a))
 	}
 	if len(c.Spec.NodeSets) > 0 {
 		line("")
@@ -284,6 +310,53 @@ func renderCgroupConf(c *slurmv1.SlurmCluster) string {
 	b.WriteString("IgnoreSystemd=yes\n")
 	if extra := strings.TrimSpace(c.Spec.CgroupExtraConfig); extra != "" {
 		b.WriteString("# spec.cgroupExtraConfig\n" + extra + "\n")
+	}
+	return b.String()
+}
+
+// AccountingPort is slurmdbd's port (DbdPort, AccountingStoragePort).
+func AccountingPort(a *slurmv1.AccountingSpec) int32 {
+	if a.Port != 0 {
+		return a.Port
+	}
+	return DefaultDBDPort
+}
+
+// renderSlurmdbdConf renders slurmdbd.conf without StoragePass: the controller may not read
+// the password's Secret, so slurmdbd's pod appends the password itself when it starts. The
+// file is otherwise no secret: it sits in the ConfigMap with the others.
+func renderSlurmdbdConf(c *slurmv1.SlurmCluster) string {
+	a := c.Spec.Accounting
+	db, port := a.Database.Name, a.Database.Port
+	if db == "" {
+		db = DefaultDatabase
+	}
+	if port == 0 {
+		port = DefaultDatabasePort
+	}
+	var b strings.Builder
+	line := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	line("# slurmdbd.conf of SlurmCluster %s/%s, rendered by kubeslurm: edit the SlurmCluster, not this file.", c.Namespace, c.Name)
+	line("# StoragePass is added by slurmdbd's pod, from Secret %s (key %s).", a.Database.PasswordRef.Name, a.Database.PasswordRef.Key)
+	line("AuthType=auth/slurm")
+	line("AuthAltTypes=auth/jwt")
+	line("AuthAltParameters=jwt_key=%s", JWTKeyPath)
+	// slurmdbd runs wherever its pod is scheduled: it is the primary on any host, and
+	// listens on every address; clients reach it through its Service.
+	line("DbdHost=localhost")
+	line("DbdPort=%d", AccountingPort(a))
+	line("SlurmUser=slurm")
+	line("PidFile=%s/slurmdbd.pid", SlurmdbdRunDir)
+	line("")
+	line("StorageType=accounting_storage/mysql")
+	line("StorageHost=%s", a.Database.Host)
+	line("StoragePort=%d", port)
+	line("StorageUser=%s", a.Database.User)
+	line("StorageLoc=%s", db)
+	if extra := strings.TrimSpace(a.ExtraConfig); extra != "" {
+		line("")
+		line("# spec.accounting.extraConfig")
+		line("%s", extra)
 	}
 	return b.String()
 }

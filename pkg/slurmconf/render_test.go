@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
@@ -30,7 +31,11 @@ func full() slurmv1.SlurmClusterSpec {
 				Options: map[string]string{"DefMemPerCPU": "512", "OverSubscribe": "NO"}},
 			{Name: "gpu", NodeSets: []string{"gpu"}, State: "UP", PriorityTier: ptr[int32](2)},
 		},
-		Accounting:        &slurmv1.AccountingSpec{Database: slurmv1.DatabaseSpec{Host: "mariadb.db.svc", User: "slurm"}},
+		Accounting: &slurmv1.AccountingSpec{
+			Database: slurmv1.DatabaseSpec{Host: "mariadb.db.svc", User: "slurm", Name: "research_acct",
+				PasswordRef: corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "slurm-db"}, Key: "password"}},
+			ExtraConfig: "PurgeJobAfter=12months\nCommitDelay=1",
+		},
 		ExtraConfig:       "# site settings\nSchedulerParameters=bf_interval=60,bf_window=1440\nPriorityWeightTRES=CPU=1000,Mem=2000\n\nNodeName=static1 CPUs=4 State=FUTURE\n",
 		CgroupExtraConfig: "ConstrainRAMSpace=yes",
 	}
@@ -132,6 +137,19 @@ func TestRenderRefusesInjection(t *testing.T) {
 		{"cgroup extra owns CgroupPlugin", func(s *slurmv1.SlurmClusterSpec) { s.CgroupExtraConfig = "CgroupPlugin=cgroup/v1" }, "cgroupExtraConfig"},
 		{"cluster name with a newline", func(s *slurmv1.SlurmClusterSpec) { s.ClusterName = "a\nAuthType=auth/none" }, "clusterName"},
 		{"database host with a space", func(s *slurmv1.SlurmClusterSpec) { s.Accounting.Database.Host = "db AuthType=x" }, "accounting.database.host"},
+		{"database user with a newline", func(s *slurmv1.SlurmClusterSpec) { s.Accounting.Database.User = "slurm\nStorageType=x" }, "accounting.database.user"},
+		{"database name with a comment", func(s *slurmv1.SlurmClusterSpec) { s.Accounting.Database.Name = "db#x" }, "accounting.database.name"},
+		{"password Secret name with a newline", func(s *slurmv1.SlurmClusterSpec) {
+			s.Accounting.Database.PasswordRef.Name = "db\nStoragePass=x"
+		}, "passwordRef.name"},
+		{"password Secret key with a space", func(s *slurmv1.SlurmClusterSpec) { s.Accounting.Database.PasswordRef.Key = "a b" }, "passwordRef.key"},
+		{"slurmdbd extra config sets the password", func(s *slurmv1.SlurmClusterSpec) {
+			s.Accounting.ExtraConfig = "CommitDelay=1 storagepass=x"
+		}, "accounting.extraConfig"},
+		{"slurmdbd extra config moves the plugins", func(s *slurmv1.SlurmClusterSpec) { s.Accounting.ExtraConfig = "PluginDir=/tmp" }, "PluginDir is set by kubeslurm"},
+		{"slurmdbd extra config with a line break", func(s *slurmv1.SlurmClusterSpec) {
+			s.Accounting.ExtraConfig = "CommitDelay=1\rDbdPort=1"
+		}, "line break"},
 		{"feature with a newline", func(s *slurmv1.SlurmClusterSpec) { s.NodeSets[1].Features = []string{"a\nb=c"} }, "feature"},
 		{"unknown nodeset", func(s *slurmv1.SlurmClusterSpec) { s.Partitions[1].NodeSets = []string{"nope"} }, "not in spec.nodeSets"},
 		{"two defaults", func(s *slurmv1.SlurmClusterSpec) { s.Partitions[1].Default = true }, "at most one"},
@@ -198,4 +216,25 @@ func TestRenderSwitchType(t *testing.T) {
 			assert.Equal(t, tc.want, strings.Contains(files[SlurmConfFile], "\nSwitchType=switch/nvidia_imex\n"))
 		})
 	}
+}
+
+// slurmdbd.conf comes with spec.accounting only, never holds a password, and follows the
+// spec's port and database.
+func TestRenderSlurmdbdConf(t *testing.T) {
+	files, err := Render(cluster(slurmv1.SlurmClusterSpec{}))
+	require.NoError(t, err)
+	assert.NotContains(t, files, SlurmdbdConfFile)
+
+	spec := full()
+	spec.Accounting.Port = 6929
+	spec.Accounting.Database.Port = 3316
+	spec.Accounting.Database.Name = ""
+	files, err = Render(cluster(spec))
+	require.NoError(t, err)
+	dbd := files[SlurmdbdConfFile]
+	assert.Contains(t, dbd, "\nDbdPort=6929\n")
+	assert.Contains(t, dbd, "\nStoragePort=3316\n")
+	assert.Contains(t, dbd, "\nStorageLoc=slurm_acct_db\n")
+	assert.NotContains(t, strings.ToLower(dbd), "storagepass=")
+	assert.Contains(t, files[SlurmConfFile], "\nAccountingStorageHost=slurm-accounting.hpc.svc\nAccountingStoragePort=6929\n")
 }

@@ -22,6 +22,15 @@ var reservedSlurmConf = keySet(
 	"Include",
 )
 
+// Reserved keys of slurmdbd.conf: those kubeslurm writes, the password its pod adds, and
+// PluginDir (the plugins slurmdbd loads). Include as in slurm.conf.
+var reservedSlurmdbdConf = keySet(
+	"AuthType", "AuthAltTypes", "AuthAltParameters", "AuthInfo",
+	"DbdHost", "DbdAddr", "DbdPort", "DbdBackupHost", "SlurmUser", "PidFile", "PluginDir",
+	"StorageType", "StorageHost", "StoragePort", "StorageUser", "StoragePass", "StorageLoc",
+	"Include",
+)
+
 // Reserved keys of cgroup.conf.
 var reservedCgroupConf = keySet("CgroupPlugin", "IgnoreSystemd", "Include")
 

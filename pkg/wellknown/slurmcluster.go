@@ -22,6 +22,11 @@ const (
 	// became ready, or stopped being so.
 	EventSlurmControllerReady    = "SlurmControllerReady"
 	EventSlurmControllerNotReady = "SlurmControllerNotReady"
+	// EventSlurmAccountingReady and EventSlurmAccountingNotReady (warning): slurmdbd
+	// became ready, stopped being so, or cannot start (its password Secret is missing or
+	// holds what slurmdbd.conf cannot).
+	EventSlurmAccountingReady    = "SlurmAccountingReady"
+	EventSlurmAccountingNotReady = "SlurmAccountingNotReady"
 	// EventSlurmConfigApplied: slurmctld runs a new configuration.
 	EventSlurmConfigApplied = "SlurmConfigApplied"
 	// EventSlurmWorkerRemoved: a slurmd worker pod was deleted (scale-in, node gone, update).

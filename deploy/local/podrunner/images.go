@@ -30,6 +30,7 @@ var images = []image{
 	{Repository: "kubeslurm/slurmd", Entrypoint: "/usr/sbin/slurmd", SlurmRoot: true},
 	{Repository: "kubeslurm/slurmrestd", Entrypoint: "/usr/sbin/slurmrestd", SlurmRoot: true},
 	{Repository: "kubeslurm/login", Entrypoint: "/usr/sbin/sackd", SlurmRoot: true},
+	{Repository: "kubeslurm/slurmdbd", Entrypoint: "/usr/sbin/slurmdbd", SlurmRoot: true},
 }
 
 // repository is ref without its tag or digest.

@@ -56,6 +56,9 @@ func TestCommandLine(t *testing.T) {
 	c.Command = []string{"scontrol"}
 	_, err = commandLine("/b", c)
 	assert.ErrorContains(t, err, "absolute path")
+	got, err = commandLine("/b", &v1.Container{Image: "kubeslurm/slurmdbd:26.05", Args: []string{"-D"}})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/usr/sbin/slurmdbd", "-D"}, got)
 }
 
 func TestOurs(t *testing.T) {

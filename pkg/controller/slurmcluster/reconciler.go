@@ -4,7 +4,8 @@
 // NVIDIA ComputeDomain of spec.computeDomain (computedomain.go). A spec that does not render
 // (refused user config) sets ConfigValid False with the reason and leaves the last good
 // ConfigMap in place. It runs slurmctld as a StatefulSet of one pod behind a headless
-// Service (slurmctld.go), slurmrestd (restapi.go) and the NodeSets' slurmd pods (nodeset.go).
+// Service (slurmctld.go), slurmdbd (accounting.go), slurmrestd (restapi.go) and the
+// NodeSets' slurmd pods (nodeset.go).
 package slurmcluster
 
 import (
@@ -146,6 +147,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	} else if poll && (result.RequeueAfter == 0 || computeDomainPoll < result.RequeueAfter) {
 		result.RequeueAfter = computeDomainPoll
+	}
+	// Before slurmctld: a new slurmctld registers the cluster with slurmdbd.
+	if poll, err := r.ensureAccounting(ctx, c, status); err != nil {
+		return ctrl.Result{}, err
+	} else if poll && (result.RequeueAfter == 0 || keyRetry < result.RequeueAfter) {
+		result.RequeueAfter = keyRetry
 	}
 	if err := r.ensureController(ctx, c, status); err != nil {
 		return ctrl.Result{}, err

@@ -40,7 +40,7 @@ func TestRestAPIFollowsItsSection(t *testing.T) {
 
 	// Accounting adds slurmdbd's endpoints.
 	f.update(func(c *slurmv1.SlurmCluster) {
-		c.Spec.Accounting = &slurmv1.AccountingSpec{Database: slurmv1.DatabaseSpec{Host: "db", User: "slurm"}}
+		c.Spec.Accounting = accountingSpec()
 	})
 	f.reconcile()
 	require.NoError(t, f.kube.Get(context.Background(), key, d))

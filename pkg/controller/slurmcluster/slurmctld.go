@@ -6,6 +6,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -159,6 +160,19 @@ func (r *Reconciler) ensureController(ctx context.Context, c *slurmv1.SlurmClust
 			"slurmctld waits for its configuration and keys (conditions ConfigValid and KeysReady)")
 		return nil
 	}
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: ControllerName(c)}}
+	if c.Spec.Accounting != nil && !meta.IsStatusConditionTrue(status.Conditions, slurmv1.ConditionAccountingReady) {
+		// slurmctld's first start registers the cluster with slurmdbd (and takes its
+		// cluster ID from it): it starts once slurmdbd runs. A running one is left alone.
+		err := r.Client.Get(ctx, client.ObjectKeyFromObject(sts), sts)
+		if apierrors.IsNotFound(err) {
+			setCondition(status, c.Generation, slurmv1.ConditionControllerReady, metav1.ConditionFalse, ReasonControllerWaiting,
+				"slurmctld waits for slurmdbd (condition AccountingReady)")
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
 	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: ControllerName(c)}}
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, svc, func() error {
 		controllerService(c, svc)
@@ -166,7 +180,6 @@ func (r *Reconciler) ensureController(ctx context.Context, c *slurmv1.SlurmClust
 	}); err != nil {
 		return fmt.Errorf("slurmctld Service %s: %w", svc.Name, err)
 	}
-	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: ControllerName(c)}}
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, sts, func() error {
 		if err := controllerStatefulSet(c, status.ConfigHash, sts); err != nil {
 			return err
