@@ -170,6 +170,8 @@ func TestSlurmClusterRunsSlurm(t *testing.T) {
 		require.NotNil(t, m, out)
 		return m[1]
 	}
+	// Before the cluster goes (its workers drain, waiting for their jobs): no job left.
+	t.Cleanup(func() { slurmCommand(t, c, "/usr/bin/scancel", "--user=slurm") })
 	running := submit("--wrap", "sleep 600")
 	held := submit("--hold", "--wrap", "true")
 	squeue := func() string {

@@ -346,22 +346,28 @@ func (r *Reconciler) teardown(ctx context.Context, c *slurmv1.SlurmCluster) (ctr
 // BusyWorkersPDB names the cluster's PodDisruptionBudget of busy workers.
 func BusyWorkersPDB(c *slurmv1.SlurmCluster) string { return c.Name + "-busy-workers" }
 
-// ensureBusyWorkersPDB keeps the PodDisruptionBudget that lets no busy worker be evicted
-// (maxUnavailable 0 over the workers labelled busy): `kubectl drain` of a Kubernetes node
-// waits until its worker's Slurm jobs are done. An idle worker may go; its wrapper drains
-// it anyway. Deleting a pod is no eviction: scale-in is not held up, it drains.
+// ensureBusyWorkersPDB keeps the PodDisruptionBudget that lets no busy worker be evicted:
+// it selects the workers labelled busy and asks that all of them stay (minAvailable = their
+// number; maxUnavailable would need a scale subresource on the pods' owner, which a
+// SlurmCluster has not). `kubectl drain` of a Kubernetes node waits until its worker's Slurm
+// jobs are done. An idle worker may go; its wrapper drains it anyway. Deleting a pod is no
+// eviction: scale-in is not held up, it drains.
 func (r *Reconciler) ensureBusyWorkersPDB(ctx context.Context, c *slurmv1.SlurmCluster) error {
 	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: BusyWorkersPDB(c)}}
 	if len(c.Spec.NodeSets) == 0 {
 		return r.deleteOwned(ctx, c, pdb)
 	}
+	selector := componentLabels(c, componentSlurmd)
+	selector[busyLabel] = "true"
+	busy := &v1.PodList{}
+	if err := r.Client.List(ctx, busy, client.InNamespace(c.Namespace), client.MatchingLabels(selector)); err != nil {
+		return fmt.Errorf("listing busy workers: %w", err)
+	}
 	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, pdb, func() error {
-		selector := componentLabels(c, componentSlurmd)
-		selector[busyLabel] = "true"
 		pdb.Labels = componentLabels(c, componentSlurmd)
 		pdb.Spec.Selector = &metav1.LabelSelector{MatchLabels: selector}
-		pdb.Spec.MaxUnavailable = ptr(intstr.FromInt32(0))
-		pdb.Spec.MinAvailable = nil
+		pdb.Spec.MinAvailable = ptr(intstr.FromInt32(int32(len(busy.Items))))
+		pdb.Spec.MaxUnavailable = nil
 		return controllerutil.SetControllerReference(c, pdb, r.Client.Scheme())
 	})
 	if err != nil {

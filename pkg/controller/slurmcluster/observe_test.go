@@ -83,7 +83,8 @@ func TestBusyWorkersProtected(t *testing.T) {
 	f.reconcile()
 	pdb := &policyv1.PodDisruptionBudget{}
 	require.NoError(t, f.kube.Get(context.Background(), client.ObjectKey{Namespace: "hpc", Name: "slurm-busy-workers"}, pdb))
-	assert.Equal(t, int32(0), pdb.Spec.MaxUnavailable.IntVal)
+	assert.Equal(t, int32(0), pdb.Spec.MinAvailable.IntVal, "no busy worker yet")
+	assert.Nil(t, pdb.Spec.MaxUnavailable)
 	assert.Equal(t, "true", pdb.Spec.Selector.MatchLabels[busyLabel])
 	assert.Equal(t, "slurmd", pdb.Spec.Selector.MatchLabels["app.kubernetes.io/component"])
 
@@ -93,6 +94,9 @@ func TestBusyWorkersProtected(t *testing.T) {
 	pods := f.workers()
 	assert.Equal(t, "true", pods["slurm-r-0"].Labels[busyLabel])
 	assert.NotContains(t, pods["slurm-r-1"].Labels, busyLabel)
+	require.NoError(t, f.r.ensureBusyWorkersPDB(context.Background(), cl))
+	require.NoError(t, f.kube.Get(context.Background(), client.ObjectKey{Namespace: "hpc", Name: "slurm-busy-workers"}, pdb))
+	assert.Equal(t, int32(1), pdb.Spec.MinAvailable.IntVal, "the one busy worker must stay")
 
 	// Its jobs done, the worker may go again; a node Slurm does not list changes nothing.
 	nodes = []slurm.Node{{Name: "slurm-r-0", States: []string{"IDLE"}}}

@@ -171,12 +171,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.ensureBusyWorkersPDB(ctx, c); err != nil {
-		return ctrl.Result{}, err
-	}
 	status.DesiredWorkers, status.ReadyWorkers = int32(len(want)), ready
 	if r.observeSlurm(ctx, c, status) && (result.RequeueAfter == 0 || observePoll < result.RequeueAfter) {
 		result.RequeueAfter = observePoll
+	}
+	// After the busy labels: the budget counts them.
+	if err := r.ensureBusyWorkersPDB(ctx, c); err != nil {
+		return ctrl.Result{}, err
 	}
 	status.ObservedGeneration = c.Generation
 	if !equality.Semantic.DeepEqual(&c.Status, status) {
