@@ -33,6 +33,19 @@ func (f *fixture) controllerUp() {
 	require.NoError(f.t, f.kube.Status().Update(context.Background(), sts))
 }
 
+// newWorkersFixture is a cluster of one Replicas-mode NodeSet "r" whose slurmctld is up,
+// reconciled until its worker pods exist.
+func newWorkersFixture(t *testing.T, replicas int32) *fixture {
+	c := newCluster()
+	c.Spec.NodeSets = []slurmv1.NodeSetSpec{{Name: "r", Mode: slurmv1.NodeSetReplicas, Replicas: ptr(replicas)}}
+	c.Spec.Partitions = nil
+	f := newFixture(t, c)
+	f.reconcile()
+	f.controllerUp()
+	f.reconcile()
+	return f
+}
+
 func (f *fixture) setReady(p *v1.Pod, ready bool) {
 	s := v1.ConditionFalse
 	if ready {
@@ -98,13 +111,7 @@ func TestWorkersFollowTheNodeSets(t *testing.T) {
 
 // An update replaces one worker at a time, and only while the others are ready.
 func TestWorkerUpdateOneAtATime(t *testing.T) {
-	c := newCluster()
-	c.Spec.NodeSets = []slurmv1.NodeSetSpec{{Name: "r", Mode: slurmv1.NodeSetReplicas, Replicas: ptr[int32](3)}}
-	c.Spec.Partitions = nil
-	f := newFixture(t, c)
-	f.reconcile()
-	f.controllerUp()
-	f.reconcile()
+	f := newWorkersFixture(t, 3)
 	for _, p := range f.workers() {
 		if p.Labels[nodeSetLabel] == "r" {
 			f.setReady(p, true)
@@ -157,13 +164,7 @@ func TestWorkerClaimsTheComputeDomainChannel(t *testing.T) {
 // A worker whose slurmd ran while Slurm had no node of its name (the wrapper's exit code)
 // is recreated, with a warning.
 func TestUnregisteredWorkerRecreated(t *testing.T) {
-	c := newCluster()
-	c.Spec.NodeSets = []slurmv1.NodeSetSpec{{Name: "r", Mode: slurmv1.NodeSetReplicas, Replicas: ptr[int32](1)}}
-	c.Spec.Partitions = nil
-	f := newFixture(t, c)
-	f.reconcile()
-	f.controllerUp()
-	f.reconcile()
+	f := newWorkersFixture(t, 1)
 	p := f.workers()["slurm-r-0"]
 	require.NotNil(t, p)
 	assert.Contains(t, workerScript, fmt.Sprintf("exit %d", unregisteredExit))

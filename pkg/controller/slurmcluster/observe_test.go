@@ -74,13 +74,7 @@ func TestLoadIdentity(t *testing.T) {
 // Workers are labelled busy while their Slurm node runs jobs; the cluster's
 // PodDisruptionBudget selects the busy ones and allows none of them to go.
 func TestBusyWorkersProtected(t *testing.T) {
-	c := newCluster()
-	c.Spec.NodeSets = []slurmv1.NodeSetSpec{{Name: "r", Mode: slurmv1.NodeSetReplicas, Replicas: ptr[int32](2)}}
-	c.Spec.Partitions = nil
-	f := newFixture(t, c)
-	f.reconcile()
-	f.controllerUp()
-	f.reconcile()
+	f := newWorkersFixture(t, 2)
 	pdb := &policyv1.PodDisruptionBudget{}
 	require.NoError(t, f.kube.Get(context.Background(), client.ObjectKey{Namespace: "hpc", Name: "slurm-busy-workers"}, pdb))
 	assert.Equal(t, int32(0), pdb.Spec.MinAvailable.IntVal, "no busy worker yet")
