@@ -89,8 +89,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	job, ok := r.Watcher.JobForPod(pod.UID)
-	if !ok {
+	if !ok && r.owns(pod) {
 		return r.reconcileMissingJob(ctx, pod)
+	} else if !ok {
+		return ctrl.Result{}, nil
 	}
 
 	podDone := isTerminal(pod) || (pod.DeletionTimestamp != nil && pod.Spec.NodeName == "")
@@ -459,18 +461,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	ours := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		pod, ok := o.(*v1.Pod)
-		if !ok {
-			return false
-		}
-		_, labelled := pod.Labels[wellknown.JobIDLabel]
-		return labelled || pod.Spec.SchedulerName == r.SchedulerName
+		return ok && r.owns(pod)
 	})
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1.Pod{}, podNodeField, func(o client.Object) []string {
-		if n := o.(*v1.Pod).Spec.NodeName; n != "" {
-			return []string{n}
-		}
-		return nil
-	}); err != nil {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1.Pod{}, podNodeField, podNodeName); err != nil {
 		return err
 	}
 	r.workloads = &WorkloadStatus{Client: r.Client, Watcher: r.Watcher, Recorder: r.Recorder}
@@ -487,6 +480,14 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 const podNodeField = "spec.nodeName"
 
+// podNodeName indexes pods by the node they are bound to.
+func podNodeName(o client.Object) []string {
+	if n := o.(*v1.Pod).Spec.NodeName; n != "" {
+		return []string{n}
+	}
+	return nil
+}
+
 // podsOnNode maps a node to our pods bound to it.
 func (r *Reconciler) podsOnNode(ctx context.Context, o client.Object) []ctrl.Request {
 	pods := &v1.PodList{}
@@ -496,9 +497,18 @@ func (r *Reconciler) podsOnNode(ctx context.Context, o client.Object) []ctrl.Req
 	}
 	out := make([]ctrl.Request, 0, len(pods.Items))
 	for i := range pods.Items {
-		out = append(out, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&pods.Items[i])})
+		if r.owns(&pods.Items[i]) {
+			out = append(out, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&pods.Items[i])})
+		}
 	}
 	return out
+}
+
+// owns reports whether pod is this controller's: its scheduler's, by schedulerName alone.
+// A job id label is not enough: another kubeslurm scheduler, placing pods through another
+// Slurm cluster, labels its pods with that cluster's job ids, which mean nothing here.
+func (r *Reconciler) owns(pod *v1.Pod) bool {
+	return pod.Spec.SchedulerName == r.SchedulerName
 }
 
 // readyChanged passes node updates that change the Ready condition's status.

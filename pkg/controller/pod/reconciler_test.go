@@ -32,7 +32,12 @@ type fixture struct {
 
 // newFixture has idle Slurm nodes n1 and n2 and the given objects.
 func newFixture(t *testing.T, objs ...client.Object) *fixture {
-	f := &fixture{Fixture: controllertest.New(t, slurmtest.New("n1", "n2"), fake.NewClientBuilder().WithObjects(objs...))}
+	return newFixtureWith(t, fake.NewClientBuilder().WithObjects(objs...))
+}
+
+// newFixtureWith is newFixture with the fake API server b.
+func newFixtureWith(t *testing.T, b *fake.ClientBuilder) *fixture {
+	f := &fixture{Fixture: controllertest.New(t, slurmtest.New("n1", "n2"), b)}
 	f.r = &Reconciler{Client: f.Kube, APIReader: f.Kube, Slurm: f.Slurm, Watcher: f.Watcher,
 		Recorder: f.Recorder, SchedulerName: wellknown.SchedulerName, NotSyncedRetry: time.Second}
 	return f
@@ -213,6 +218,21 @@ func TestBoundPodWhoseJobSlurmNoLongerHasIsEnded(t *testing.T) {
 	f.sync("b")
 	_, err := f.pod("b")
 	assert.True(t, apierrors.IsNotFound(err))
+}
+
+// Another kubeslurm scheduler's pod (another Slurm cluster's job id on it) is not ours to
+// end, though this Slurm has no job 77, nor to count in podsOnNode.
+func TestAnotherSchedulersPodIsLeftAlone(t *testing.T) {
+	other := newPod("o", "n1", v1.PodRunning, "77")
+	other.Spec.SchedulerName = "kubeslurm-other"
+	mine := newPod("mine", "n1", v1.PodRunning, "1")
+	f := newFixtureWith(t, fake.NewClientBuilder().WithObjects(other, mine).WithIndex(&v1.Pod{}, podNodeField, podNodeName))
+	f.sync("o")
+	p, err := f.pod("o")
+	require.NoError(t, err)
+	assert.Equal(t, v1.PodRunning, p.Status.Phase)
+	assert.Equal(t, []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: "default", Name: "mine"}}},
+		f.r.podsOnNode(context.Background(), &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}))
 }
 
 func TestConditionsTellTheStory(t *testing.T) {
