@@ -108,7 +108,9 @@ func TestSlurmClusterKeysAndConfig(t *testing.T) {
 	assert.Equal(t, cm.Annotations[wellknown.SlurmConfigHashAnnotation], c.Status.ConfigHash)
 	kwokNodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "type=kwok"})
 	require.NoError(t, err)
-	assert.EqualValues(t, len(kwokNodes.Items)+2, c.Status.DesiredWorkers, "cpu: the kwok nodes; gpu: 2 replicas")
+	assert.EqualValues(t, len(kwokNodes.Items), c.Status.DesiredWorkers, "cpu: the kwok nodes; gpu: no node-pool=gpu node")
+	assert.Equal(t, "# gres.conf of SlurmCluster "+ns+"/slurm, rendered by kubeslurm.\nAutoDetect=nvidia\n", cm.Data["gres.conf"])
+	assert.Contains(t, conf, "\nGresTypes=gpu\n")
 
 	// A partition's setting changes: the ConfigMap follows, with an event.
 	oldHash := cm.Annotations[wellknown.SlurmConfigHashAnnotation]

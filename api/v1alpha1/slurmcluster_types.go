@@ -179,7 +179,26 @@ const (
 	NodeSetReplicas NodeSetMode = "Replicas"
 )
 
+// NodeSetGPUs gives a NodeSet's workers the GPUs of their Kubernetes nodes as Slurm GRES.
+type NodeSetGPUs struct {
+	// ResourceName is the node resource counted as its GPUs (the device plugin's, in the
+	// node's allocatable): each worker registers Gres=gpu:<count>, and none when the count
+	// is 0.
+	// +kubebuilder:default="nvidia.com/gpu"
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
+	// +optional
+	ResourceName string `json:"resourceName,omitempty"`
+	// Type is the GRES type (Gres=gpu:<type>:<count>); it must be the type slurmd detects
+	// (e.g. h100). Empty: untyped.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]+$`
+	// +optional
+	Type string `json:"type,omitempty"`
+}
+
 // NodeSetSpec is a group of slurmd workers.
+// +kubebuilder:validation:XValidation:rule="!has(self.gpus) || !has(self.mode) || self.mode == 'DaemonSet'",message="gpus needs mode DaemonSet: a Replicas worker has no node to count GPUs on"
 type NodeSetSpec struct {
 	// Name of the set; also the Slurm feature and NodeSet name of its nodes.
 	// +kubebuilder:validation:MaxLength=40
@@ -209,6 +228,18 @@ type NodeSetSpec struct {
 	// +kubebuilder:default=3600
 	// +optional
 	DrainSeconds *int64 `json:"drainSeconds,omitempty"`
+	// GPUs: the workers register their node's GPUs as GRES (gres.conf AutoDetect=nvidia
+	// finds the devices). DaemonSet mode only. Absent: no GRES.
+	// +optional
+	GPUs *NodeSetGPUs `json:"gpus,omitempty"`
+}
+
+// GPUResourceName is the node resource counted as the set's GPUs.
+func (g *NodeSetGPUs) GPUResourceName() string {
+	if g.ResourceName == "" {
+		return "nvidia.com/gpu"
+	}
+	return g.ResourceName
 }
 
 // PartitionSpec is one PartitionName line.

@@ -30,6 +30,7 @@ const (
 	CgroupConfFile   = "cgroup.conf"
 	JWKSFile         = "jwks.json"
 	SlurmdbdConfFile = "slurmdbd.conf"
+	GresConfFile     = "gres.conf"
 	// DefaultDatabase is StorageLoc when spec.accounting.database.name is empty.
 	DefaultDatabase = "slurm_acct_db"
 	// DefaultDatabasePort is the MySQL/MariaDB port.
@@ -74,6 +75,17 @@ func Validate(c *slurmv1.SlurmCluster) error {
 				return fmt.Errorf("nodeSets[%s]: feature %q is not a plain name", ns.Name, f)
 			}
 		}
+		if g := ns.GPUs; g != nil {
+			if ns.Mode == slurmv1.NodeSetReplicas {
+				return fmt.Errorf("nodeSets[%s]: gpus needs mode DaemonSet: a Replicas worker has no node to count GPUs on", ns.Name)
+			}
+			if g.Type != "" && (ValidateValue(g.Type) != nil || strings.ContainsAny(g.Type, ":,()")) {
+				return fmt.Errorf("nodeSets[%s]: gpus: type %q is not a plain name", ns.Name, g.Type)
+			}
+		}
+	}
+	if HasGPUs(c) && setsKey(c.Spec.ExtraConfig, "GresTypes") {
+		return fmt.Errorf("extraConfig: GresTypes is rendered (gpu) when a NodeSet has gpus")
 	}
 	defaults := 0
 	for _, p := range c.Spec.Partitions {
@@ -185,7 +197,28 @@ func Render(c *slurmv1.SlurmCluster, opts ...Option) (Files, error) {
 	if c.Spec.Accounting != nil {
 		files[SlurmdbdConfFile] = renderSlurmdbdConf(c)
 	}
+	if HasGPUs(c) {
+		files[GresConfFile] = renderGresConf(c)
+	}
 	return files, nil
+}
+
+// HasGPUs: some NodeSet registers its nodes' GPUs.
+func HasGPUs(c *slurmv1.SlurmCluster) bool {
+	for _, ns := range c.Spec.NodeSets {
+		if ns.GPUs != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// renderGresConf has slurmd find its GPUs' device files itself: each worker registers its
+// count (Gres=gpu:N, from its Kubernetes node), and slurmd checks it against the devices
+// NVIDIA's driver lists (gpu/nvidia reads /proc/driver/nvidia, no NVML library needed).
+// Configless: slurmctld serves this file to the workers with slurm.conf.
+func renderGresConf(c *slurmv1.SlurmCluster) string {
+	return fmt.Sprintf("# gres.conf of SlurmCluster %s/%s, rendered by kubeslurm.\nAutoDetect=nvidia\n", c.Namespace, c.Name)
 }
 
 func renderSlurmConf(c *slurmv1.SlurmCluster, o options) string {
@@ -238,6 +271,11 @@ func renderSlurmConf(c *slurmv1.SlurmCluster, o options) string {
 		line("")
 		line("# spec.computeDomain: each job gets its own IMEX channel of the NVLink ComputeDomain.")
 		line("SwitchType=switch/nvidia_imex")
+	}
+	if HasGPUs(c) {
+		line("")
+		line("# nodeSets[].gpus: workers register Gres=gpu:<count of their node>.")
+		line("GresTypes=gpu")
 	}
 	if a := c.Spec.Accounting; a != nil {
 		line("")

@@ -25,7 +25,7 @@ func full() slurmv1.SlurmClusterSpec {
 	return slurmv1.SlurmClusterSpec{
 		ClusterName: "research",
 		Controller:  slurmv1.ControllerSpec{Port: 6817, MaxNodeCount: 512},
-		NodeSets:    []slurmv1.NodeSetSpec{{Name: "cpu"}, {Name: "gpu", Features: []string{"a100"}}},
+		NodeSets:    []slurmv1.NodeSetSpec{{Name: "cpu"}, {Name: "gpu", Features: []string{"a100"}, GPUs: &slurmv1.NodeSetGPUs{}}},
 		Partitions: []slurmv1.PartitionSpec{
 			{Name: "batch", NodeSets: []string{"cpu", "gpu"}, Default: true, MaxTime: "1-00:00:00", PriorityTier: ptr[int32](1),
 				Options: map[string]string{"DefMemPerCPU": "512", "OverSubscribe": "NO"}},
@@ -105,6 +105,15 @@ func TestRenderRefusesInjection(t *testing.T) {
 		{"option named like a field of ours", func(s *slurmv1.SlurmClusterSpec) {
 			s.Partitions[0].Options["Nodes"] = "ALL"
 		}, "set by kubeslurm"},
+		{"GresTypes in extra config beside nodeSets[].gpus", func(s *slurmv1.SlurmClusterSpec) {
+			s.ExtraConfig = "SchedulerParameters=bf_interval=60 grestypes=gpu,nic"
+		}, "GresTypes is rendered"},
+		{"GPU type that would add a GRES", func(s *slurmv1.SlurmClusterSpec) {
+			s.NodeSets[1].GPUs.Type = "a100,nic:1"
+		}, "not a plain name"},
+		{"GPUs of Replicas workers", func(s *slurmv1.SlurmClusterSpec) {
+			s.NodeSets[1].Mode = slurmv1.NodeSetReplicas
+		}, "gpus needs mode DaemonSet"},
 		{"process tracking in extra config (spec.processTracking sets it)", func(s *slurmv1.SlurmClusterSpec) {
 			s.ExtraConfig = "proctracktype=proctrack/pgid"
 		}, "set by kubeslurm"},

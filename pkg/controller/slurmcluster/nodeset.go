@@ -47,6 +47,8 @@ type worker struct {
 	set      *slurmv1.NodeSetSpec
 	slurm    string
 	kubeNode string
+	// gpus is the node's count of the set's GPU resource (nodeSets[].gpus).
+	gpus int64
 }
 
 // desiredWorkerList lists the workers of every NodeSet: DaemonSet mode one per Kubernetes
@@ -71,7 +73,7 @@ func (r *Reconciler) desiredWorkerList(ctx context.Context, c *slurmv1.SlurmClus
 		}
 		for _, n := range nodes.Items {
 			if n.DeletionTimestamp == nil {
-				out = append(out, worker{set: set, slurm: n.Name, kubeNode: n.Name})
+				out = append(out, worker{set: set, slurm: n.Name, kubeNode: n.Name, gpus: nodeGPUs(set, &n)})
 			}
 		}
 	}
@@ -143,13 +145,41 @@ wait "$slurmd"
 `
 
 // slurmdArgs registers the worker as a dynamic node (-Z) with configless slurmctld, with
-// its NodeSet's name (which slurm.conf's NodeSet of that name selects) and extra features.
+// its NodeSet's name (which slurm.conf's NodeSet of that name selects) and extra features,
+// and its node's GPUs as GRES.
 func slurmdArgs(c *slurmv1.SlurmCluster, w worker) []string {
 	_, addr := slurmconf.ControllerHost(c)
 	features := append([]string{w.set.Name}, w.set.Features...)
+	conf := "Features=" + strings.Join(features, ",")
+	if g := gresOf(w); g != "" {
+		conf += " Gres=" + g
+	}
 	return []string{"-D", "-Z", "-N", w.slurm,
 		"--conf-server", fmt.Sprintf("%s:%d", addr, controllerPort(c)),
-		"--conf", "Features=" + strings.Join(features, ",")}
+		"--conf", conf}
+}
+
+// nodeGPUs is node's allocatable count of set's GPU resource; 0 without nodeSets[].gpus.
+func nodeGPUs(set *slurmv1.NodeSetSpec, node *v1.Node) int64 {
+	if set.GPUs == nil {
+		return 0
+	}
+	q, ok := node.Status.Allocatable[v1.ResourceName(set.GPUs.GPUResourceName())]
+	if !ok {
+		return 0
+	}
+	return q.Value()
+}
+
+// gresOf is the worker's GRES: gpu[:type]:count, or "" without GPUs.
+func gresOf(w worker) string {
+	if w.gpus <= 0 || w.set.GPUs == nil {
+		return ""
+	}
+	if t := w.set.GPUs.Type; t != "" {
+		return fmt.Sprintf("gpu:%s:%d", t, w.gpus)
+	}
+	return fmt.Sprintf("gpu:%d", w.gpus)
 }
 
 // workerPod is the desired pod of a worker. slurmd runs as root (SlurmdUser): it starts
@@ -204,6 +234,12 @@ func workerPod(c *slurmv1.SlurmCluster, w worker) (*v1.Pod, error) {
 				{Name: "run", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
 			},
 		},
+	}
+	if w.gpus > 0 {
+		// slurmd must see every GPU device of its node without holding them: requesting the
+		// device plugin's resource would take them from the pods Slurm places there. NVIDIA's
+		// container runtime mounts them all for this variable (as for its own monitoring pods).
+		pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, v1.EnvVar{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"})
 	}
 	if c.ComputeDomainEnabled() {
 		if err := computedomain.AddChannelClaim(&pod.Spec, ComputeDomainSpec(c).ResourceClaimTemplateName, componentSlurmd); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -159,6 +160,45 @@ func TestWorkerClaimsTheComputeDomainChannel(t *testing.T) {
 	assert.Equal(t, "slurm-compute-domain-channel", *p.Spec.ResourceClaims[0].ResourceClaimTemplateName)
 	require.Len(t, p.Spec.Containers[0].Resources.Claims, 1)
 	assert.Equal(t, p.Spec.ResourceClaims[0].Name, p.Spec.Containers[0].Resources.Claims[0].Name)
+}
+
+// nodeSets[].gpus: each worker registers its own node's count of the GPU resource.
+func TestWorkerGPUsFromItsNode(t *testing.T) {
+	gpuNode := func(name, res, count string) *v1.Node {
+		n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if res != "" {
+			n.Status.Allocatable = v1.ResourceList{v1.ResourceName(res): resource.MustParse(count)}
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		name     string
+		gpus     *slurmv1.NodeSetGPUs
+		node     *v1.Node
+		wantConf string
+	}{
+		{"no gpus section", nil, gpuNode("n", "nvidia.com/gpu", "8"), "Features=g"},
+		{"device plugin's count", &slurmv1.NodeSetGPUs{}, gpuNode("n", "nvidia.com/gpu", "8"), "Features=g Gres=gpu:8"},
+		{"typed", &slurmv1.NodeSetGPUs{Type: "h100"}, gpuNode("n", "nvidia.com/gpu", "4"), "Features=g Gres=gpu:h100:4"},
+		{"another resource", &slurmv1.NodeSetGPUs{ResourceName: "example.com/accel"}, gpuNode("n", "example.com/accel", "2"), "Features=g Gres=gpu:2"},
+		{"node without the resource", &slurmv1.NodeSetGPUs{}, gpuNode("n", "", ""), "Features=g"},
+		{"none allocatable", &slurmv1.NodeSetGPUs{}, gpuNode("n", "nvidia.com/gpu", "0"), "Features=g"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set := &slurmv1.NodeSetSpec{Name: "g", GPUs: tc.gpus}
+			w := worker{set: set, slurm: "n", kubeNode: "n", gpus: nodeGPUs(set, tc.node)}
+			p, err := workerPod(newCluster(), w)
+			require.NoError(t, err)
+			args := p.Spec.Containers[0].Args
+			assert.Equal(t, tc.wantConf, args[len(args)-1])
+			visible := false
+			for _, e := range p.Spec.Containers[0].Env {
+				visible = visible || e == v1.EnvVar{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}
+			}
+			assert.Equal(t, strings.Contains(tc.wantConf, "Gres="), visible, "NVIDIA_VISIBLE_DEVICES=all")
+			assert.Empty(t, p.Spec.Containers[0].Resources.Requests, "the worker holds no GPU")
+		})
+	}
 }
 
 // A worker whose slurmd ran while Slurm had no node of its name (the wrapper's exit code)

@@ -28,7 +28,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -92,6 +94,7 @@ type Reconciler struct {
 func (r *Reconciler) allClusters(ctx context.Context, _ client.Object) []reconcile.Request {
 	list := &slurmv1.SlurmClusterList{}
 	if err := r.Client.List(ctx, list); err != nil {
+		log.FromContext(ctx).Error(err, "Listing SlurmClusters after a node change; their workers follow at the next resync")
 		return nil
 	}
 	reqs := make([]reconcile.Request, 0, len(list.Items))
@@ -113,7 +116,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&v1.Pod{}).
 		// DaemonSet-mode NodeSets follow the nodes their selectors match.
-		Watches(&v1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allClusters), builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		// Their GPU counts (nodeSets[].gpus) come from the nodes' allocatable resources.
+		Watches(&v1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allClusters), builder.WithPredicates(
+			predicate.Or[client.Object](predicate.LabelChangedPredicate{}, allocatableChanged))).
 		Complete(r)
 }
 
@@ -377,4 +382,13 @@ func setCondition(status *slurmv1.SlurmClusterStatus, gen int64, typ string, s m
 		Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: gen,
 	})
 	return changed
+}
+
+// allocatableChanged passes node updates that change the node's allocatable resources.
+var allocatableChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, okOld := e.ObjectOld.(*v1.Node)
+		n, okNew := e.ObjectNew.(*v1.Node)
+		return okOld && okNew && !equality.Semantic.DeepEqual(o.Status.Allocatable, n.Status.Allocatable)
+	},
 }
