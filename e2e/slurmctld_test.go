@@ -318,6 +318,7 @@ func rejectedByCtld(t *testing.T, c *slurmv1.SlurmCluster, update func(func(*slu
 	require.NoError(t, kc.Get(ctx, key, c))
 	applied := c.Status.AppliedConfigHash
 	require.Equal(t, applied, c.Status.ConfigHash)
+	start := time.Now()
 	update(func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "SchedulerType=sched/nonexistent" })
 	var cond *metav1.Condition
 	eventually(t, 180*time.Second, "ConfigApplied False, RejectedBySlurmctld", func() bool {
@@ -331,7 +332,7 @@ func rejectedByCtld(t *testing.T, c *slurmv1.SlurmCluster, update func(func(*slu
 	require.NotEqual(t, applied, rejected)
 	assert.Equal(t, rejected, c.Status.RejectedConfigHash)
 	assert.Equal(t, applied, c.Status.AppliedConfigHash)
-	t.Logf("ConfigApplied: %s", cond.Message)
+	t.Logf("rejected %s after the spec change: ConfigApplied: %s", time.Since(start).Round(time.Second), cond.Message)
 	// slurmctld's own words, from its log through the pod's termination message.
 	assert.Contains(t, cond.Message, "slurmctld refused configuration "+rejected+": exit code 1: ")
 	assert.Contains(t, cond.Message, "error: cannot create sched context for sched/nonexistent")
@@ -347,6 +348,7 @@ func rejectedByCtld(t *testing.T, c *slurmv1.SlurmCluster, update func(func(*slu
 		ctld = p
 		return err == nil && p.DeletionTimestamp == nil && podReady(p) && p.Annotations[wellknown.SlurmConfigHashAnnotation] == applied
 	})
+	t.Logf("slurmctld ready on configuration %s %s after the spec change", applied, time.Since(start).Round(time.Second))
 	out, ok := slurmCommand(t, c, "/usr/bin/scontrol", "ping")
 	require.True(t, ok, out)
 	assert.Contains(t, out, "Slurmctld(primary) at slurm-controller-0 is UP")
@@ -366,12 +368,14 @@ func rejectedByCtld(t *testing.T, c *slurmv1.SlurmCluster, update func(func(*slu
 	assert.Equal(t, ctld.UID, now.UID, "the rejected configuration was not tried again")
 
 	// A fixed spec: applied, and no longer rejected.
+	start = time.Now()
 	update(func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "SchedulerType=sched/builtin" })
 	eventually(t, 180*time.Second, "the fixed configuration applied", func() bool {
 		return kc.Get(ctx, key, c) == nil && c.Status.ConfigHash != rejected && c.Status.ConfigHash != applied &&
 			c.Status.AppliedConfigHash == c.Status.ConfigHash && c.Status.RejectedConfigHash == "" &&
 			meta.IsStatusConditionTrue(c.Status.Conditions, slurmv1.ConditionConfigApplied)
 	})
+	t.Logf("fixed configuration %s applied %s after the spec change", c.Status.AppliedConfigHash, time.Since(start).Round(time.Second))
 	out, ok = slurmCommand(t, c, "/usr/bin/scontrol", "show", "config")
 	require.True(t, ok, out)
 	assert.Regexp(t, `(?m)^SchedulerType\s+= sched/builtin$`, out)
