@@ -104,7 +104,7 @@ func slurmCommand(t *testing.T, c *slurmv1.SlurmCluster, args ...string) (string
 // registers as the Kubernetes node it runs on and runs jobs. Slurm's own client reaches it
 // through the cluster's Service. Killing the slurmctld pod brings it back with its state:
 // the running job keeps running and a held job is still there. A partition change reaches
-// slurmctld; a refused one leaves it running as it was.
+// slurmctld; a refused one, or one slurmctld itself refuses, leaves it running as it was.
 func TestSlurmClusterRunsSlurm(t *testing.T) {
 	ctx := context.Background()
 	startPodRunner(t)
@@ -249,6 +249,12 @@ func TestSlurmClusterRunsSlurm(t *testing.T) {
 	assert.Equal(t, ctld.UID, now.UID, "slurmctld was not restarted for a refused spec")
 	update(func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "" })
 
+	// A line kubeslurm's validation lets through but slurmctld refuses: a scheduler plugin
+	// that does not exist (slurmctld exits at start). slurmctld runs the applied
+	// configuration again, ConfigApplied says why in slurmctld's words, the job runs on, the
+	// rejected configuration is not retried, and a fixed spec is applied.
+	rejectedByCtld(t, c, update, squeue, running)
+
 	// Issue 5, test 4: scaling in (the runner's node leaves the NodeSet's selector) drains
 	// the worker's Slurm node and waits for its running job before the node goes.
 	out, ok = slurmCommand(t, c, "/usr/bin/scancel", running)
@@ -301,4 +307,77 @@ func TestSlurmClusterRunsSlurm(t *testing.T) {
 	assert.NotContains(t, out, runnerNode, "the drained node was removed from Slurm")
 	require.NoError(t, kc.Get(ctx, key, c))
 	assert.Equal(t, int32(0), c.Status.DesiredWorkers)
+}
+
+// rejectedByCtld is TestSlurmClusterRunsSlurm's part for a configuration slurmctld itself
+// refuses (issue 5, test 2): running is the id of a job running on the worker.
+func rejectedByCtld(t *testing.T, c *slurmv1.SlurmCluster, update func(func(*slurmv1.SlurmCluster)), squeue func() string, running string) {
+	ctx := context.Background()
+	kc := slurmClient(t)
+	key := client.ObjectKeyFromObject(c)
+	require.NoError(t, kc.Get(ctx, key, c))
+	applied := c.Status.AppliedConfigHash
+	require.Equal(t, applied, c.Status.ConfigHash)
+	start := time.Now()
+	update(func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "SchedulerType=sched/nonexistent" })
+	var cond *metav1.Condition
+	eventually(t, 180*time.Second, "ConfigApplied False, RejectedBySlurmctld", func() bool {
+		if kc.Get(ctx, key, c) != nil {
+			return false
+		}
+		cond = meta.FindStatusCondition(c.Status.Conditions, slurmv1.ConditionConfigApplied)
+		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == slurmcluster.ReasonRejectedBySlurmctld
+	})
+	rejected := c.Status.ConfigHash
+	require.NotEqual(t, applied, rejected)
+	assert.Equal(t, rejected, c.Status.RejectedConfigHash)
+	assert.Equal(t, applied, c.Status.AppliedConfigHash)
+	t.Logf("rejected %s after the spec change: ConfigApplied: %s", time.Since(start).Round(time.Second), cond.Message)
+	// slurmctld's own words, from its log through the pod's termination message.
+	assert.Contains(t, cond.Message, "slurmctld refused configuration "+rejected+": exit code 1: ")
+	assert.Contains(t, cond.Message, "error: cannot create sched context for sched/nonexistent")
+	assert.Contains(t, cond.Message, "fatal: Failed to initialize the various schedulers")
+	assert.Contains(t, cond.Message, "it runs configuration "+applied+" again")
+	eventually(t, 30*time.Second, "event SlurmConfigRejected", func() bool {
+		return strings.Contains(namedClusterEvents(t, c.Namespace, c.Name, wellknown.EventSlurmConfigRejected), "slurmctld refused configuration "+rejected)
+	})
+
+	var ctld *v1.Pod
+	eventually(t, 180*time.Second, "slurmctld ready again on configuration "+applied, func() bool {
+		p, err := kube.CoreV1().Pods(c.Namespace).Get(ctx, slurmcluster.ControllerName(c)+"-0", metav1.GetOptions{})
+		ctld = p
+		return err == nil && p.DeletionTimestamp == nil && podReady(p) && p.Annotations[wellknown.SlurmConfigHashAnnotation] == applied
+	})
+	t.Logf("slurmctld ready on configuration %s %s after the spec change", applied, time.Since(start).Round(time.Second))
+	out, ok := slurmCommand(t, c, "/usr/bin/scontrol", "ping")
+	require.True(t, ok, out)
+	assert.Contains(t, out, "Slurmctld(primary) at slurm-controller-0 is UP")
+	// The configuration slurmctld runs (and serves to its configless workers).
+	out, ok = slurmCommand(t, c, "/usr/bin/scontrol", "show", "config")
+	require.True(t, ok, out)
+	assert.Regexp(t, `(?m)^SchedulerType\s+= sched/backfill$`, out)
+	assert.Contains(t, squeue(), running+" RUNNING "+runnerNode, "the running job survived the rejected configuration")
+
+	// Not retried: the same pod keeps running the applied configuration.
+	time.Sleep(10 * time.Second) // a retry (a new pod) would show by now
+	require.NoError(t, kc.Get(ctx, key, c))
+	assert.Equal(t, rejected, c.Status.RejectedConfigHash)
+	assert.Equal(t, slurmcluster.ReasonRejectedBySlurmctld, meta.FindStatusCondition(c.Status.Conditions, slurmv1.ConditionConfigApplied).Reason)
+	now, err := kube.CoreV1().Pods(c.Namespace).Get(ctx, ctld.Name, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, ctld.UID, now.UID, "the rejected configuration was not tried again")
+
+	// A fixed spec: applied, and no longer rejected.
+	start = time.Now()
+	update(func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "SchedulerType=sched/builtin" })
+	eventually(t, 180*time.Second, "the fixed configuration applied", func() bool {
+		return kc.Get(ctx, key, c) == nil && c.Status.ConfigHash != rejected && c.Status.ConfigHash != applied &&
+			c.Status.AppliedConfigHash == c.Status.ConfigHash && c.Status.RejectedConfigHash == "" &&
+			meta.IsStatusConditionTrue(c.Status.Conditions, slurmv1.ConditionConfigApplied)
+	})
+	t.Logf("fixed configuration %s applied %s after the spec change", c.Status.AppliedConfigHash, time.Since(start).Round(time.Second))
+	out, ok = slurmCommand(t, c, "/usr/bin/scontrol", "show", "config")
+	require.True(t, ok, out)
+	assert.Regexp(t, `(?m)^SchedulerType\s+= sched/builtin$`, out)
+	assert.Contains(t, squeue(), running+" RUNNING "+runnerNode, "the running job survived the fixed configuration")
 }

@@ -29,6 +29,9 @@ const (
 	EventSlurmAccountingNotReady = "SlurmAccountingNotReady"
 	// EventSlurmConfigApplied: slurmctld runs a new configuration.
 	EventSlurmConfigApplied = "SlurmConfigApplied"
+	// EventSlurmConfigRejected (warning): slurmctld exited on a new configuration; it runs
+	// the last applied one again.
+	EventSlurmConfigRejected = "SlurmConfigRejected"
 	// EventSlurmWorkerRemoved: a slurmd worker pod was deleted (scale-in, node gone, update).
 	EventSlurmWorkerRemoved = "SlurmWorkerRemoved"
 	// EventSlurmWorkerNotRegistered (warning): a worker's slurmd ran while Slurm had no node

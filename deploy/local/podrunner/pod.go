@@ -154,6 +154,15 @@ func (pr *podRun) ended(c *container, now time.Time) {
 	}
 	c.lastTerm = &v1.ContainerStateTerminated{ExitCode: int32(c.exitCode), Reason: reason,
 		StartedAt: c.startedAt, FinishedAt: metav1.NewTime(now), ContainerID: containerID(c.proc)}
+	// As a kubelet: FallbackToLogsOnError makes the end of a failed run's log the message
+	// (there is no terminationMessagePath file to read first).
+	if c.exitCode != 0 && c.spec.TerminationMessagePolicy == v1.TerminationMessageFallbackToLogsOnError {
+		msg, err := logTail(pr.logPath(c), maxTerminationLogLines, maxTerminationLogBytes)
+		if err != nil {
+			klog.ErrorS(err, "reading the log for the termination message", "pod", klog.KObj(pr.pod), "container", c.spec.Name)
+		}
+		c.lastTerm.Message = msg
+	}
 	klog.InfoS("container exited", "pod", klog.KObj(pr.pod), "container", c.spec.Name, "exitCode", c.exitCode)
 	c.proc, c.ready = nil, false
 	if pr.shouldStart(c) {
@@ -207,17 +216,15 @@ func (pr *podRun) start(c *container) error {
 		args = append(args, "--dir", c.spec.WorkingDir)
 	}
 	args = append(append(args, "--"), cmdline...)
-	logDir := filepath.Join(pr.r.stateDir, "logs")
-	if err := os.MkdirAll(logDir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(pr.logPath(c)), 0o755); err != nil {
 		return err
 	}
-	log, err := os.OpenFile(filepath.Join(logDir, fmt.Sprintf("%s_%s_%s.log", pr.pod.Namespace, pr.pod.Name, c.spec.Name)),
-		os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	log, err := os.OpenFile(pr.logPath(c), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer log.Close()
-	fmt.Fprintf(log, "\n===== %s: starting %v\n", time.Now().Format(time.RFC3339), cmdline)
+	fmt.Fprintf(log, "%s%s: starting %v\n", runHeader, time.Now().Format(time.RFC3339), cmdline)
 	cmd := exec.Command(pr.r.self, args...)
 	cmd.Env, cmd.Stdout, cmd.Stderr = env, log, log
 	// CLONE_NEWNS: Go also makes every mount of the new namespace private.
@@ -250,6 +257,12 @@ func (pr *podRun) start(c *container) error {
 	}()
 	klog.InfoS("container started", "pod", klog.KObj(pr.pod), "container", c.spec.Name, "pid", cmd.Process.Pid, "command", cmdline)
 	return nil
+}
+
+// logPath is the file container c's runs log to, one after the other, each after a
+// runHeader line.
+func (pr *podRun) logPath(c *container) string {
+	return filepath.Join(pr.r.stateDir, "logs", fmt.Sprintf("%s_%s_%s.log", pr.pod.Namespace, pr.pod.Name, c.spec.Name))
 }
 
 // user is the container's uid:gid (security context, else the images' user 65532, as

@@ -49,6 +49,9 @@ const (
 	jwtKeyBytes   = 64
 	// keyRetry: how soon a missing referenced Secret is looked for again.
 	keyRetry = 10 * time.Second
+	// configPoll: how soon the applied configuration is kept again when the cache did not
+	// yet hold the rendered ConfigMap.
+	configPoll = 2 * time.Second
 
 	// Condition reasons.
 	ReasonRendered        = "Rendered"
@@ -115,6 +118,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&appsv1.Deployment{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&v1.Pod{}).
+		// slurmctld's pod (the StatefulSet's): its exits on a new configuration.
+		Watches(&v1.Pod{}, handler.EnqueueRequestsFromMapFunc(controllerPodCluster)).
 		// DaemonSet-mode NodeSets follow the nodes their selectors match.
 		// Their GPU counts (nodeSets[].gpus) come from the nodes' allocatable resources.
 		Watches(&v1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allClusters), builder.WithPredicates(
@@ -159,8 +164,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	} else if poll && (result.RequeueAfter == 0 || keyRetry < result.RequeueAfter) {
 		result.RequeueAfter = keyRetry
 	}
-	if err := r.ensureController(ctx, c, status); err != nil {
+	if poll, err := r.ensureController(ctx, c, status); err != nil {
 		return ctrl.Result{}, err
+	} else if poll && (result.RequeueAfter == 0 || configPoll < result.RequeueAfter) {
+		result.RequeueAfter = configPoll
 	}
 	if err := r.ensureRestAPI(ctx, c, status); err != nil {
 		return ctrl.Result{}, err

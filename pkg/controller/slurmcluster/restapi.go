@@ -41,7 +41,7 @@ func restAPIPort(c *slurmv1.SlurmCluster) int32 {
 // restAPIDeployment fills slurmrestd's Deployment. slurmrestd takes each client's JWT and
 // passes it on to slurmctld (SLURM_JWT=daemon, rest_auth/jwt), which checks it: slurmrestd
 // itself needs only slurm.conf, not the keys.
-func restAPIDeployment(c *slurmv1.SlurmCluster, configHash string, d *appsv1.Deployment) {
+func restAPIDeployment(c *slurmv1.SlurmCluster, configMap, configHash string, d *appsv1.Deployment) {
 	labels := componentLabels(c, componentSlurmrestd)
 	image, replicas := c.Spec.RestAPI.Image, c.Spec.RestAPI.Replicas
 	if image == "" {
@@ -78,7 +78,7 @@ func restAPIDeployment(c *slurmv1.SlurmCluster, configHash string, d *appsv1.Dep
 			VolumeMounts: []v1.VolumeMount{{Name: configVolume, MountPath: slurmconf.ConfigDir, ReadOnly: true}},
 		}},
 		Volumes: []v1.Volume{{Name: configVolume, VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
-			LocalObjectReference: v1.LocalObjectReference{Name: ConfigMapName(c)},
+			LocalObjectReference: v1.LocalObjectReference{Name: configMap},
 		}}}},
 	}
 }
@@ -107,8 +107,13 @@ func (r *Reconciler) ensureRestAPI(ctx context.Context, c *slurmv1.SlurmCluster,
 	}); err != nil {
 		return fmt.Errorf("slurmrestd Service %s: %w", svc.Name, err)
 	}
+	// The slurm.conf slurmctld runs: the kept one while it rejects the rendered one.
+	configMap, hash, err := r.servedConfig(ctx, c, status)
+	if err != nil {
+		return err
+	}
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, d, func() error {
-		restAPIDeployment(c, status.ConfigHash, d)
+		restAPIDeployment(c, configMap, hash, d)
 		return controllerutil.SetControllerReference(c, d, r.Client.Scheme())
 	}); err != nil {
 		return fmt.Errorf("slurmrestd Deployment %s: %w", d.Name, err)

@@ -54,13 +54,17 @@ func componentLabels(c *slurmv1.SlurmCluster, component string) map[string]strin
 
 // ConfigVolume is the volume every Slurm daemon and client mounts at /etc/slurm: the rendered
 // files and both keys, readable by the slurm group alone.
-func ConfigVolume(c *slurmv1.SlurmCluster) v1.Volume {
+func ConfigVolume(c *slurmv1.SlurmCluster) v1.Volume { return configVolumeOf(c, ConfigMapName(c)) }
+
+// configVolumeOf is ConfigVolume with the files of ConfigMap cm (slurmctld's may be the kept
+// one, configapply.go).
+func configVolumeOf(c *slurmv1.SlurmCluster, cm string) v1.Volume {
 	slurmSecret, slurmKey := SlurmKeySecret(c)
 	jwtSecret, jwtKey := JWTKeySecret(c)
 	return v1.Volume{Name: configVolume, VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{
 		DefaultMode: ptr[int32](0o440),
 		Sources: []v1.VolumeProjection{
-			{ConfigMap: &v1.ConfigMapProjection{LocalObjectReference: v1.LocalObjectReference{Name: ConfigMapName(c)}}},
+			{ConfigMap: &v1.ConfigMapProjection{LocalObjectReference: v1.LocalObjectReference{Name: cm}}},
 			{Secret: &v1.SecretProjection{LocalObjectReference: v1.LocalObjectReference{Name: slurmSecret},
 				Items: []v1.KeyToPath{{Key: slurmKey, Path: SlurmKeyName}}}},
 			{Secret: &v1.SecretProjection{LocalObjectReference: v1.LocalObjectReference{Name: jwtSecret},
@@ -90,9 +94,9 @@ func controllerService(c *slurmv1.SlurmCluster, svc *v1.Service) {
 // controllerStatefulSet fills slurmctld's StatefulSet: one pod, its state on a claim that
 // outlives the pod (a new pod after a kill finds the jobs it knew). The pod template carries
 // the configuration's hash, so a new configuration restarts slurmctld in place: it reads
-// its state back, and running jobs keep running (slurmd runs them). The claim template is
-// set on create only (it is immutable).
-func controllerStatefulSet(c *slurmv1.SlurmCluster, configHash string, sts *appsv1.StatefulSet) error {
+// its state back, and running jobs keep running (slurmd runs them). configMap holds the
+// files of configHash. The claim template is set on create only (it is immutable).
+func controllerStatefulSet(c *slurmv1.SlurmCluster, configMap, configHash string, sts *appsv1.StatefulSet) error {
 	labels := componentLabels(c, componentSlurmctld)
 	image := c.Spec.Controller.Image
 	if image == "" {
@@ -116,6 +120,9 @@ func controllerStatefulSet(c *slurmv1.SlurmCluster, configHash string, sts *apps
 			Args:      []string{"-D"},
 			Ports:     []v1.ContainerPort{{Name: componentSlurmctld, ContainerPort: port}},
 			Resources: c.Spec.Controller.Resources,
+			// The end of its log becomes the termination message: why it refused a
+			// configuration goes into the ConfigApplied condition.
+			TerminationMessagePolicy: v1.TerminationMessageFallbackToLogsOnError,
 			ReadinessProbe: &v1.Probe{
 				ProbeHandler:  v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromInt32(port)}},
 				PeriodSeconds: 2,
@@ -127,7 +134,7 @@ func controllerStatefulSet(c *slurmv1.SlurmCluster, configHash string, sts *apps
 			},
 		}},
 		Volumes: []v1.Volume{
-			ConfigVolume(c),
+			configVolumeOf(c, configMap),
 			{Name: "run", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
 		},
 	}
@@ -153,12 +160,13 @@ func controllerStatefulSet(c *slurmv1.SlurmCluster, configHash string, sts *apps
 }
 
 // ensureController creates or updates slurmctld's Service and StatefulSet, once the
-// configuration and keys it mounts exist, and sets ControllerReady from the StatefulSet.
-func (r *Reconciler) ensureController(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus) error {
+// configuration and keys it mounts exist, and sets ControllerReady from the StatefulSet and
+// ConfigApplied from its pod (configapply.go). It reports whether to look again soon.
+func (r *Reconciler) ensureController(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus) (bool, error) {
 	if status.ConfigMap == "" || !keysReady(status) {
 		setCondition(status, c.Generation, slurmv1.ConditionControllerReady, metav1.ConditionFalse, ReasonControllerWaiting,
 			"slurmctld waits for its configuration and keys (conditions ConfigValid and KeysReady)")
-		return nil
+		return false, nil
 	}
 	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: ControllerName(c)}}
 	if c.Spec.Accounting != nil && !meta.IsStatusConditionTrue(status.Conditions, slurmv1.ConditionAccountingReady) {
@@ -168,9 +176,9 @@ func (r *Reconciler) ensureController(ctx context.Context, c *slurmv1.SlurmClust
 		if apierrors.IsNotFound(err) {
 			setCondition(status, c.Generation, slurmv1.ConditionControllerReady, metav1.ConditionFalse, ReasonControllerWaiting,
 				"slurmctld waits for slurmdbd (condition AccountingReady)")
-			return nil
+			return false, nil
 		} else if err != nil {
-			return err
+			return false, err
 		}
 	}
 	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: ControllerName(c)}}
@@ -178,26 +186,41 @@ func (r *Reconciler) ensureController(ctx context.Context, c *slurmv1.SlurmClust
 		controllerService(c, svc)
 		return controllerutil.SetControllerReference(c, svc, r.Client.Scheme())
 	}); err != nil {
-		return fmt.Errorf("slurmctld Service %s: %w", svc.Name, err)
+		return false, fmt.Errorf("slurmctld Service %s: %w", svc.Name, err)
+	}
+	p, err := r.controllerPod(ctx, c)
+	if err != nil {
+		return false, err
+	}
+	if err := r.checkRejected(ctx, c, status, p); err != nil {
+		return false, err
+	}
+	configMap, hash, err := r.servedConfig(ctx, c, status)
+	if err != nil {
+		return false, err
 	}
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, sts, func() error {
-		if err := controllerStatefulSet(c, status.ConfigHash, sts); err != nil {
+		if err := controllerStatefulSet(c, configMap, hash, sts); err != nil {
 			return err
 		}
 		return controllerutil.SetControllerReference(c, sts, r.Client.Scheme())
 	}); err != nil {
-		return fmt.Errorf("slurmctld StatefulSet %s: %w", sts.Name, err)
+		return false, fmt.Errorf("slurmctld StatefulSet %s: %w", sts.Name, err)
+	}
+	if err := r.replaceFailedController(ctx, c, p, hash); err != nil {
+		return false, err
+	}
+	poll, err := r.configApplied(ctx, c, status, p)
+	if err != nil {
+		return false, err
 	}
 	pod := sts.Name + "-0"
-	if err := r.configApplied(ctx, c, status, pod); err != nil {
-		return err
-	}
 	if sts.Status.ReadyReplicas > 0 {
 		if setCondition(status, c.Generation, slurmv1.ConditionControllerReady, metav1.ConditionTrue, ReasonControllerRunning,
 			fmt.Sprintf("slurmctld pod %s is ready on port %d", pod, controllerPort(c))) {
 			r.Recorder.Eventf(c, nil, v1.EventTypeNormal, wellknown.EventSlurmControllerReady, "RunController", "slurmctld pod %s is ready", pod)
 		}
-		return nil
+		return poll, nil
 	}
 	wasReady := meta.IsStatusConditionTrue(status.Conditions, slurmv1.ConditionControllerReady)
 	setCondition(status, c.Generation, slurmv1.ConditionControllerReady, metav1.ConditionFalse, ReasonControllerWaiting,
@@ -205,42 +228,7 @@ func (r *Reconciler) ensureController(ctx context.Context, c *slurmv1.SlurmClust
 	if wasReady {
 		r.Recorder.Eventf(c, nil, v1.EventTypeWarning, wellknown.EventSlurmControllerNotReady, "RunController", "slurmctld pod %s is no longer ready", pod)
 	}
-	return nil
-}
-
-// configApplied sets ConfigApplied from the configuration hash on the slurmctld pod: the
-// configuration it started with, and runs while ready.
-func (r *Reconciler) configApplied(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus, name string) error {
-	p := &v1.Pod{}
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, p)
-	if client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("reading slurmctld pod %s: %w", name, err)
-	}
-	running := ""
-	if err == nil && p.DeletionTimestamp == nil && isReady(p) {
-		running = p.Annotations[wellknown.SlurmConfigHashAnnotation]
-	}
-	switch {
-	case running != "" && running == status.ConfigHash:
-		if status.AppliedConfigHash != running {
-			now := metav1.Now()
-			if status.AppliedConfigHash != "" {
-				status.LastReconfigureTime = &now
-			}
-			r.Recorder.Eventf(c, nil, v1.EventTypeNormal, wellknown.EventSlurmConfigApplied, "ApplyConfig",
-				"slurmctld pod %s runs configuration %s (was %q)", name, running, status.AppliedConfigHash)
-			status.AppliedConfigHash = running
-		}
-		setCondition(status, c.Generation, slurmv1.ConditionConfigApplied, metav1.ConditionTrue, ReasonControllerRunning,
-			fmt.Sprintf("slurmctld runs configuration %s", running))
-	case running != "":
-		setCondition(status, c.Generation, slurmv1.ConditionConfigApplied, metav1.ConditionFalse, ReasonControllerWaiting,
-			fmt.Sprintf("slurmctld runs configuration %s; restarting it with %s", running, status.ConfigHash))
-	default:
-		setCondition(status, c.Generation, slurmv1.ConditionConfigApplied, metav1.ConditionFalse, ReasonControllerWaiting,
-			fmt.Sprintf("slurmctld pod %s is not ready; it will run configuration %s", name, status.ConfigHash))
-	}
-	return nil
+	return poll, nil
 }
 
 func keysReady(status *slurmv1.SlurmClusterStatus) bool {

@@ -99,7 +99,7 @@ func TestControllerBadStateSize(t *testing.T) {
 	c := newCluster()
 	c.Spec.Controller.StateStorage.Size = "lots"
 	sts := &appsv1.StatefulSet{}
-	assert.ErrorContains(t, controllerStatefulSet(c, "h", sts), `controller.stateStorage.size "lots"`)
+	assert.ErrorContains(t, controllerStatefulSet(c, "cm", "h", sts), `controller.stateStorage.size "lots"`)
 }
 
 // A new configuration restarts slurmctld through its pod template; ConfigApplied and

@@ -1,0 +1,283 @@
+package slurmcluster
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"regexp"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
+	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
+)
+
+// A configuration reaches slurmctld by a restart of its pod (slurmctld.go). slurmctld may
+// refuse one that kubeslurm's validation let through (an unknown key, a plugin it cannot
+// load): it exits at start, every start. So the configuration slurmctld last ran ready is
+// kept in a second ConfigMap; a configuration slurmctld exits on is recorded as rejected
+// (status.rejectedConfigHash), slurmctld is put back on the kept one, and the rejected
+// hash is not tried again: only a spec rendering to another hash is.
+
+const (
+	ReasonRejectedBySlurmctld = "RejectedBySlurmctld"
+	// rejectAfterRestarts: slurmctld counts as refusing a configuration once its container
+	// exited non-zero after this many restarts on it. A fresh pod runs each configuration,
+	// so the count is that configuration's. A fatal configuration error exits within a
+	// second on every start; one exit alone may be a passing cause (its host name not yet
+	// in DNS), so one retry (the kubelet's 10 s back-off) is waited for.
+	rejectAfterRestarts = 1
+	// failureMessageMax bounds the part of slurmctld's log put in a condition.
+	failureMessageMax = 512
+)
+
+// AppliedConfigMapName is the ConfigMap that keeps the files of status.appliedConfigHash.
+func AppliedConfigMapName(c *slurmv1.SlurmCluster) string { return c.Name + "-slurm-config-applied" }
+
+// controllerPod is slurmctld's pod, nil while there is none.
+func (r *Reconciler) controllerPod(ctx context.Context, c *slurmv1.SlurmCluster) (*v1.Pod, error) {
+	p := &v1.Pod{}
+	name := ControllerName(c) + "-0"
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, p)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("reading slurmctld pod %s: %w", name, err)
+	}
+	return p, nil
+}
+
+// servedConfig is the ConfigMap and hash slurmctld (and slurmrestd, which must read the same
+// slurm.conf) are to run: the rendered one, or the kept one while slurmctld rejects the
+// rendered one.
+func (r *Reconciler) servedConfig(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus) (string, string, error) {
+	if !rejected(status) {
+		return ConfigMapName(c), status.ConfigHash, nil
+	}
+	kept, err := r.appliedConfigKept(ctx, c, status)
+	if err != nil || !kept {
+		return ConfigMapName(c), status.ConfigHash, err
+	}
+	return AppliedConfigMapName(c), status.AppliedConfigHash, nil
+}
+
+// rejected: slurmctld refused the configuration the spec renders to, and it is not the one
+// slurmctld ran before.
+func rejected(status *slurmv1.SlurmClusterStatus) bool {
+	return status.RejectedConfigHash != "" && status.RejectedConfigHash == status.ConfigHash &&
+		status.AppliedConfigHash != status.ConfigHash
+}
+
+// appliedConfigKept: the kept ConfigMap holds the applied configuration's files.
+func (r *Reconciler) appliedConfigKept(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus) (bool, error) {
+	if status.AppliedConfigHash == "" {
+		return false, nil
+	}
+	cm := &v1.ConfigMap{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: AppliedConfigMapName(c)}, cm)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	} else if err != nil {
+		return false, fmt.Errorf("reading ConfigMap %s: %w", AppliedConfigMapName(c), err)
+	}
+	return metav1.IsControlledBy(cm, c) && cm.Annotations[wellknown.SlurmConfigHashAnnotation] == status.AppliedConfigHash, nil
+}
+
+// keepAppliedConfig copies the rendered ConfigMap, which holds hash, into the kept one. It
+// reports false when the rendered ConfigMap does not hold hash (yet, in the cache).
+func (r *Reconciler) keepAppliedConfig(ctx context.Context, c *slurmv1.SlurmCluster, hash string) (bool, error) {
+	src := &v1.ConfigMap{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: ConfigMapName(c)}, src); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	if src.Annotations[wellknown.SlurmConfigHashAnnotation] != hash {
+		return false, nil
+	}
+	dst := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: AppliedConfigMapName(c)}}
+	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, dst, func() error {
+		if !dst.CreationTimestamp.IsZero() && !metav1.IsControlledBy(dst, c) {
+			return fmt.Errorf("ConfigMap %s exists and is not this SlurmCluster's", dst.Name)
+		}
+		if dst.Labels == nil {
+			dst.Labels = map[string]string{}
+		}
+		dst.Labels[wellknown.SlurmClusterLabel] = c.Name
+		if dst.Annotations == nil {
+			dst.Annotations = map[string]string{}
+		}
+		dst.Annotations[wellknown.SlurmConfigHashAnnotation] = hash
+		dst.Data, dst.BinaryData = maps.Clone(src.Data), nil
+		return controllerutil.SetControllerReference(c, dst, r.Client.Scheme())
+	}); err != nil {
+		return false, fmt.Errorf("keeping the applied configuration in ConfigMap %s: %w", dst.Name, err)
+	}
+	return true, nil
+}
+
+// checkRejected records the rendered configuration as rejected when slurmctld's pod on it
+// keeps exiting (slurmctldFailed), with a condition and one warning event saying why.
+// A configuration slurmctld ran before is never rejected.
+func (r *Reconciler) checkRejected(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus, p *v1.Pod) error {
+	if p == nil || status.ConfigHash == "" || status.ConfigHash == status.AppliedConfigHash ||
+		status.ConfigHash == status.RejectedConfigHash || p.Annotations[wellknown.SlurmConfigHashAnnotation] != status.ConfigHash {
+		return nil
+	}
+	failed, why := slurmctldFailed(p)
+	if !failed {
+		return nil
+	}
+	status.RejectedConfigHash = status.ConfigHash
+	kept, err := r.appliedConfigKept(ctx, c, status)
+	if err != nil {
+		return err
+	}
+	msg := fmt.Sprintf("slurmctld refused configuration %s: %s; ", status.ConfigHash, why)
+	if kept {
+		msg += fmt.Sprintf("it runs configuration %s again until the spec changes", status.AppliedConfigHash)
+	} else {
+		msg += "there is no applied configuration to return to; it is not retried until the spec changes"
+	}
+	setCondition(status, c.Generation, slurmv1.ConditionConfigApplied, metav1.ConditionFalse, ReasonRejectedBySlurmctld, msg)
+	r.Recorder.Eventf(c, nil, v1.EventTypeWarning, wellknown.EventSlurmConfigRejected, "ApplyConfig", "%s", msg)
+	return nil
+}
+
+// replaceFailedController deletes slurmctld's pod when it keeps exiting on a configuration
+// the StatefulSet no longer asks for: the StatefulSet controller does not replace a pod that
+// is not ready (Kubernetes' "forced rollback"), so the kept or a newer configuration would
+// never start. Its state is on the claim, which stays.
+func (r *Reconciler) replaceFailedController(ctx context.Context, c *slurmv1.SlurmCluster, p *v1.Pod, hash string) error {
+	if p == nil || p.DeletionTimestamp != nil || p.Annotations[wellknown.SlurmConfigHashAnnotation] == hash {
+		return nil
+	}
+	if failed, _ := slurmctldFailed(p); !failed {
+		return nil
+	}
+	ctrl.LoggerFrom(ctx).Info("deleting the failing slurmctld pod for another configuration", "pod", p.Name,
+		"podConfigHash", p.Annotations[wellknown.SlurmConfigHashAnnotation], "configHash", hash)
+	if err := r.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting failing slurmctld pod %s: %w", p.Name, err)
+	}
+	return nil
+}
+
+// slurmctldFailed: the slurmctld container of p is not running, was restarted at least
+// rejectAfterRestarts times and its last run exited non-zero; why is that exit and the
+// end of slurmctld's log (its termination message).
+func slurmctldFailed(p *v1.Pod) (bool, string) {
+	if isReady(p) {
+		return false, ""
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name != componentSlurmctld {
+			continue
+		}
+		term := cs.State.Terminated
+		if term == nil {
+			term = cs.LastTerminationState.Terminated
+		}
+		if cs.State.Running != nil || cs.RestartCount < rejectAfterRestarts || term == nil || term.ExitCode == 0 {
+			return false, ""
+		}
+		why := fmt.Sprintf("exit code %d", term.ExitCode)
+		if log := failureLines(term.Message); log != "" {
+			why += ": " + log
+		}
+		return true, why
+	}
+	return false, ""
+}
+
+var logPrefix = regexp.MustCompile(`^(\[[^\]]*\]\s*)?(slurmctld:\s*)?`)
+
+// failureLines picks what says why from the end of slurmctld's log: the last fatal line
+// (else the last line) with up to two error lines just before it; without timestamps,
+// joined by "; " and bounded.
+func failureLines(log string) string {
+	var lines []string
+	for _, l := range strings.Split(log, "\n") {
+		if l = strings.TrimSpace(logPrefix.ReplaceAllString(strings.TrimSpace(l), "")); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) == 0 {
+		return ""
+	}
+	end := len(lines) - 1
+	for i := end; i >= 0; i-- {
+		if strings.HasPrefix(lines[i], "fatal:") {
+			end = i
+			break
+		}
+	}
+	start := end
+	for start > 0 && end-start < 2 && strings.HasPrefix(lines[start-1], "error:") {
+		start--
+	}
+	out := strings.Join(lines[start:end+1], "; ")
+	if len(out) > failureMessageMax {
+		out = out[:failureMessageMax] + "..."
+	}
+	return out
+}
+
+// configApplied sets ConfigApplied from the hash slurmctld's ready pod runs, and keeps
+// that configuration once it is the rendered one. While the rendered configuration is
+// rejected the condition keeps the reason checkRejected gave.
+func (r *Reconciler) configApplied(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus, p *v1.Pod) (bool, error) {
+	name := ControllerName(c) + "-0"
+	running := ""
+	if p != nil && p.DeletionTimestamp == nil && isReady(p) {
+		running = p.Annotations[wellknown.SlurmConfigHashAnnotation]
+	}
+	switch {
+	case running != "" && running == status.ConfigHash:
+		if ok, err := r.keepAppliedConfig(ctx, c, running); err != nil || !ok {
+			// The rendered ConfigMap is newer in the API than in the cache: again soon.
+			return !ok, err
+		}
+		status.RejectedConfigHash = ""
+		if status.AppliedConfigHash != running {
+			now := metav1.Now()
+			if status.AppliedConfigHash != "" {
+				status.LastReconfigureTime = &now
+			}
+			r.Recorder.Eventf(c, nil, v1.EventTypeNormal, wellknown.EventSlurmConfigApplied, "ApplyConfig",
+				"slurmctld pod %s runs configuration %s (was %q)", name, running, status.AppliedConfigHash)
+			status.AppliedConfigHash = running
+		}
+		setCondition(status, c.Generation, slurmv1.ConditionConfigApplied, metav1.ConditionTrue, ReasonControllerRunning,
+			fmt.Sprintf("slurmctld runs configuration %s", running))
+	case status.RejectedConfigHash != "" && status.RejectedConfigHash == status.ConfigHash:
+		msg := fmt.Sprintf("slurmctld refused configuration %s", status.ConfigHash)
+		if old := meta.FindStatusCondition(status.Conditions, slurmv1.ConditionConfigApplied); old != nil && old.Reason == ReasonRejectedBySlurmctld {
+			msg = old.Message
+		}
+		setCondition(status, c.Generation, slurmv1.ConditionConfigApplied, metav1.ConditionFalse, ReasonRejectedBySlurmctld, msg)
+	case running != "":
+		setCondition(status, c.Generation, slurmv1.ConditionConfigApplied, metav1.ConditionFalse, ReasonControllerWaiting,
+			fmt.Sprintf("slurmctld runs configuration %s; restarting it with %s", running, status.ConfigHash))
+	default:
+		setCondition(status, c.Generation, slurmv1.ConditionConfigApplied, metav1.ConditionFalse, ReasonControllerWaiting,
+			fmt.Sprintf("slurmctld pod %s is not ready; it will run configuration %s", name, status.ConfigHash))
+	}
+	return false, nil
+}
+
+// controllerPodCluster queues the cluster of a slurmctld pod: its container's exits
+// (a rejected configuration) change no object the reconciler owns.
+func controllerPodCluster(_ context.Context, o client.Object) []reconcile.Request {
+	l := o.GetLabels()
+	if l[wellknown.SlurmComponentLabel] != componentSlurmctld || l[wellknown.SlurmClusterLabel] == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: l[wellknown.SlurmClusterLabel]}}}
+}
