@@ -9,7 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -97,6 +99,18 @@ func slurmCommand(t *testing.T, c *slurmv1.SlurmCluster, args ...string) (string
 	require.NoError(t, kube.CoreV1().Pods(c.Namespace).Delete(ctx, name, metav1.DeleteOptions{}))
 	t.Logf("%s: %s\n%s", strings.Join(args, " "), phase, out)
 	return string(out), phase == v1.PodSucceeded
+}
+
+// updateCluster changes the SlurmCluster key (read into c), retrying on conflicts.
+func updateCluster(t *testing.T, kc client.Client, key client.ObjectKey, c *slurmv1.SlurmCluster, mutate func(*slurmv1.SlurmCluster)) {
+	t.Helper()
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := kc.Get(context.Background(), key, c); err != nil {
+			return err
+		}
+		mutate(c)
+		return kc.Update(context.Background(), c)
+	}))
 }
 
 // Issue 5, tests 1 and 3: a SlurmCluster yields a working Slurm from the rendered
@@ -208,15 +222,7 @@ func TestSlurmClusterRunsSlurm(t *testing.T) {
 
 	// Issue 5, test 2: a partition change in the spec reaches slurmctld (an in-place restart
 	// of its pod with the new configuration) while the job keeps running.
-	update := func(mutate func(*slurmv1.SlurmCluster)) {
-		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			if err := kc.Get(ctx, key, c); err != nil {
-				return err
-			}
-			mutate(c)
-			return kc.Update(ctx, c)
-		}))
-	}
+	update := func(mutate func(*slurmv1.SlurmCluster)) { updateCluster(t, kc, key, c, mutate) }
 	applied := c.Status.AppliedConfigHash
 	require.NotEmpty(t, applied)
 	update(func(c *slurmv1.SlurmCluster) { c.Spec.Partitions[0].MaxTime = "2:00:00" })
@@ -380,4 +386,82 @@ func rejectedByCtld(t *testing.T, c *slurmv1.SlurmCluster, update func(func(*slu
 	require.True(t, ok, out)
 	assert.Regexp(t, `(?m)^SchedulerType\s+= sched/builtin$`, out)
 	assert.Contains(t, squeue(), running+" RUNNING "+runnerNode, "the running job survived the fixed configuration")
+}
+
+// Issue 5: a worker lost without its wrapper leaves its dynamic node in Slurm, DOWN for
+// good; the controller deletes that record once it has been DOWN and not responding for
+// the NodeSet's pruneDownAfterSeconds, with no worker pod and no job. Here the worker is
+// lost as a hung node loses it: its processes frozen (SIGSTOP, so the wrapper never runs
+// its drain), then its pod force-deleted once the NodeSet no longer asks for it.
+func TestSlurmClusterPrunesLostWorker(t *testing.T) {
+	ctx := context.Background()
+	startPodRunner(t)
+	ns := namespace(t)
+	kc := slurmClient(t)
+	applyExample(t, ns, "slurmcluster-local.yaml")
+	key := client.ObjectKey{Namespace: ns, Name: "slurm"}
+	c := &slurmv1.SlurmCluster{}
+	// Slurm marks a silent node DOWN after SlurmdTimeout (300 s by default).
+	updateCluster(t, kc, key, c, func(c *slurmv1.SlurmCluster) {
+		c.Spec.ExtraConfig = "SlurmdTimeout=30"
+		c.Spec.NodeSets[0].PruneDownAfterSeconds = ptrTo[int64](30)
+	})
+	eventually(t, 180*time.Second, "the configuration applied and one ready worker", func() bool {
+		return kc.Get(ctx, key, c) == nil && c.Status.ReadyWorkers == 1 && c.Status.AppliedConfigHash == c.Status.ConfigHash &&
+			meta.IsStatusConditionTrue(c.Status.Conditions, slurmv1.ConditionControllerReady)
+	})
+	eventually(t, 90*time.Second, "sinfo lists the worker idle", func() bool {
+		out, ok := slurmCommand(t, c, "/usr/bin/sinfo", "-h", "-N", "-o", "%N %t")
+		return ok && strings.Contains(out, runnerNode+" idle")
+	})
+	out, ok := slurmCommand(t, c, "/usr/bin/scontrol", "show", "config")
+	require.True(t, ok, out)
+	require.Regexp(t, `(?m)^SlurmdTimeout\s+= 30 sec$`, out)
+
+	// Freeze the worker's container: its process group (the wrapper and slurmd) is the
+	// pod runner's container process, whose PID is its container ID.
+	worker := "slurm-runner-" + runnerNode
+	p, err := kube.CoreV1().Pods(ns).Get(ctx, worker, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Len(t, p.Status.ContainerStatuses, 1)
+	pid, err := strconv.Atoi(strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "podrunner://"))
+	require.NoError(t, err, p.Status.ContainerStatuses[0].ContainerID)
+	require.NoError(t, syscall.Kill(-pid, syscall.SIGSTOP))
+	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+
+	// The NodeSet no longer asks for it (or it would be recreated); its pod, deleted by the
+	// controller, waits for a wrapper that cannot run, and is force-deleted.
+	updateCluster(t, kc, key, c, func(c *slurmv1.SlurmCluster) {
+		c.Spec.NodeSets[0].NodeSelector = map[string]string{"kubeslurm.io/pod-runner": "never"}
+	})
+	eventually(t, 60*time.Second, "the controller deleting the worker pod", func() bool {
+		p, err := kube.CoreV1().Pods(ns).Get(ctx, worker, metav1.GetOptions{})
+		return err == nil && p.DeletionTimestamp != nil
+	})
+	require.NoError(t, kube.CoreV1().Pods(ns).Delete(ctx, worker, metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)}))
+	eventually(t, 30*time.Second, "the worker pod gone", func() bool {
+		_, err := kube.CoreV1().Pods(ns).Get(ctx, worker, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+
+	// Slurm itself marks the node DOWN, not responding; the record stays.
+	eventually(t, 180*time.Second, "Slurm shows the node DOWN and not responding", func() bool {
+		out, ok = slurmCommand(t, c, "/usr/bin/scontrol", "show", "node", runnerNode)
+		return ok && regexp.MustCompile(`State=DOWN\S*\+NOT_RESPONDING`).MatchString(out)
+	})
+	assert.Contains(t, out, "Reason=Not responding")
+	out, ok = slurmCommand(t, c, "/usr/bin/sinfo", "-h", "-N", "-o", "%N %t")
+	require.True(t, ok, out)
+	assert.Contains(t, out, runnerNode+" down")
+
+	// Pruned after the grace period: gone from Slurm, with an event.
+	eventually(t, 150*time.Second, "event SlurmNodePruned", func() bool {
+		return strings.Contains(namedClusterEvents(t, ns, "slurm", wellknown.EventSlurmNodePruned), "Deleted Slurm node "+runnerNode+" of NodeSet runner")
+	})
+	t.Log(namedClusterEvents(t, ns, "slurm", wellknown.EventSlurmNodePruned))
+	out, ok = slurmCommand(t, c, "/usr/bin/sinfo", "-h", "-N", "-o", "%N %t")
+	require.True(t, ok, out)
+	assert.NotContains(t, out, runnerNode, "the lost worker's node pruned from Slurm")
+	out, _ = slurmCommand(t, c, "/usr/bin/scontrol", "show", "node", runnerNode)
+	assert.Contains(t, out, "not found")
 }

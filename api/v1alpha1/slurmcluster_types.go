@@ -228,6 +228,14 @@ type NodeSetSpec struct {
 	// +kubebuilder:default=3600
 	// +optional
 	DrainSeconds *int64 `json:"drainSeconds,omitempty"`
+	// PruneDownAfterSeconds: how long a Slurm node of this set may stay DOWN and not
+	// responding, with no worker pod and no job, before the controller deletes its record
+	// (a worker lost without draining: pod force-deleted, Kubernetes node gone, slurmd
+	// killed). Counted from the time Slurm last set the node's reason. 0 never prunes.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:default=600
+	// +optional
+	PruneDownAfterSeconds *int64 `json:"pruneDownAfterSeconds,omitempty"`
 	// GPUs: the workers register their node's GPUs as GRES (gres.conf AutoDetect=nvidia
 	// finds the devices). DaemonSet mode only. Absent: no GRES.
 	// +optional

@@ -185,6 +185,11 @@ func (in *NodeSetSpec) DeepCopyInto(out *NodeSetSpec) {
 		*out = new(int64)
 		**out = **in
 	}
+	if in.PruneDownAfterSeconds != nil {
+		in, out := &in.PruneDownAfterSeconds, &out.PruneDownAfterSeconds
+		*out = new(int64)
+		**out = **in
+	}
 	if in.GPUs != nil {
 		in, out := &in.GPUs, &out.GPUs
 		*out = new(NodeSetGPUs)

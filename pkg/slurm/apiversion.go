@@ -156,7 +156,8 @@ func nodesFromAPI(in *apiNodeList) []Node {
 }
 
 func nodeFromAPI(in *apiNode) Node {
-	node := Node{Name: ptr.Deref(in.Name, ""), Reason: ptr.Deref(in.Reason, ""), Topology: ptr.Deref(in.Topology, "")}
+	node := Node{Name: ptr.Deref(in.Name, ""), Reason: ptr.Deref(in.Reason, ""), Topology: ptr.Deref(in.Topology, ""),
+		Features: ptr.Deref(in.Features, nil), ReasonTime: timeOf(in.ReasonChangedAt)}
 	for _, s := range ptr.Deref(in.State, nil) {
 		node.States = append(node.States, strings.ToUpper(string(s)))
 	}

@@ -149,6 +149,11 @@ type Node struct {
 	// Topology is the node's own topology setting ("<topology>:<block>", from slurmd's
 	// --conf Topology= or an update); empty when it follows topology.yaml.
 	Topology string
+	// Features are the node's features (a worker's: its NodeSet's name first).
+	Features []string
+	// ReasonTime is when the reason was last set (Slurm's reason_changed_at): for a node
+	// Slurm marked DOWN for not responding, when it did so, unless it had a reason before.
+	ReasonTime time.Time
 }
 
 // Node state flags kubeslurm acts on (slurmrestd's node "state" list).
@@ -186,6 +191,9 @@ func (n *Node) Busy() bool {
 func (n *Node) Removable() bool {
 	return n.Has(NodeDynamic) && !n.Busy() && !n.Has(NodeUnknown) && len(n.StateFlags()) > 0
 }
+
+// HasFeature reports whether the node has the feature.
+func (n *Node) HasFeature(f string) bool { return slices.Contains(n.Features, f) }
 
 // StateFlags are the node's state flags without those naming its kind (DYNAMIC_NORM, ...).
 func (n *Node) StateFlags() []string {

@@ -37,6 +37,9 @@ const (
 	// EventSlurmWorkerNotRegistered (warning): a worker's slurmd ran while Slurm had no node
 	// of its name; its pod was recreated.
 	EventSlurmWorkerNotRegistered = "SlurmWorkerNotRegistered"
+	// EventSlurmNodePruned: the Slurm node record of a worker lost without draining (DOWN,
+	// not responding, no pod, no job, past its NodeSet's pruneDownAfterSeconds) was deleted.
+	EventSlurmNodePruned = "SlurmNodePruned"
 	// EventComputeDomainCreated: the ComputeDomain of spec.computeDomain was created.
 	EventComputeDomainCreated = "ComputeDomainCreated"
 	// EventComputeDomainCRDMissing: the API server does not serve NVIDIA's ComputeDomain.

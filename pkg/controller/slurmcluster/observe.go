@@ -61,10 +61,11 @@ func (r *Reconciler) clientFor(ctx context.Context, c *slurmv1.SlurmCluster) (sl
 }
 
 // observeSlurm reads the cluster's Slurm node states into status.nodes and nodeSummary,
-// through its slurmrestd, and says whether to look again later. Without the controller's
+// through its slurmrestd, prunes the records lost workers left (prune.go; want: the workers
+// the NodeSets ask for), and says whether to look again later. Without the controller's
 // identity or a slurmrestd nothing is read; a failed read keeps the last summary (it is
 // logged): an unreadable Slurm is not an empty one.
-func (r *Reconciler) observeSlurm(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus) bool {
+func (r *Reconciler) observeSlurm(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus, want []worker) bool {
 	if r.Identity == nil || c.Spec.RestAPI == nil {
 		return false
 	}
@@ -79,6 +80,9 @@ func (r *Reconciler) observeSlurm(ctx context.Context, c *slurmv1.SlurmCluster, 
 	if err != nil {
 		log.FromContext(ctx).Info("cannot read the cluster's Slurm nodes; status.nodes kept", "err", err.Error())
 		return true
+	}
+	if nodes, err = r.pruneStaleNodes(ctx, c, sc, nodes, want); err != nil {
+		log.FromContext(ctx).Info("cannot prune lost workers' Slurm nodes", "err", err.Error())
 	}
 	status.Nodes = summarize(nodes)
 	status.NodeSummary = summaryLine(status.Nodes)
@@ -96,8 +100,8 @@ func (r *Reconciler) markBusyWorkers(ctx context.Context, c *slurmv1.SlurmCluste
 	for _, n := range nodes {
 		busy[n.Name] = n.Busy()
 	}
-	pods := &v1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels(componentLabels(c, componentSlurmd))); err != nil {
+	pods, err := r.listWorkerPods(ctx, c)
+	if err != nil {
 		return err
 	}
 	for i := range pods.Items {
@@ -117,6 +121,15 @@ func (r *Reconciler) markBusyWorkers(ctx context.Context, c *slurmv1.SlurmCluste
 		}
 	}
 	return nil
+}
+
+// listWorkerPods lists the cluster's worker pods, in any phase, terminating ones too.
+func (r *Reconciler) listWorkerPods(ctx context.Context, c *slurmv1.SlurmCluster) (*v1.PodList, error) {
+	pods := &v1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels(componentLabels(c, componentSlurmd))); err != nil {
+		return nil, fmt.Errorf("listing worker pods: %w", err)
+	}
+	return pods, nil
 }
 
 // summarize counts nodes by their main state; a drained or down node counts there only.

@@ -184,7 +184,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	status.DesiredWorkers, status.ReadyWorkers = int32(len(want)), ready
-	if r.observeSlurm(ctx, c, status) && (result.RequeueAfter == 0 || observePoll < result.RequeueAfter) {
+	if r.observeSlurm(ctx, c, status, want) && (result.RequeueAfter == 0 || observePoll < result.RequeueAfter) {
 		result.RequeueAfter = observePoll
 	}
 	// After the busy labels: the budget counts them.

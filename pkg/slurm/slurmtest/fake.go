@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	api "github.com/SlinkyProject/slurm-client/api/v0044"
 	slurmclient "github.com/SlinkyProject/slurm-client/pkg/client"
@@ -199,14 +200,22 @@ func (f *Fake) delete(ctx context.Context, obj object.Object, _ ...slurmclient.D
 type Node struct {
 	States []string
 	Reason string
+	// ReasonTime is when the reason was set (slurmrestd's reason_changed_at).
+	ReasonTime time.Time
+	Features   []string
 }
 
 // SetNode creates or replaces a node with the given state flags and reason, as Slurm
 // would report them ("IDLE", "DRAIN", "DYNAMIC_NORM", ...).
 func (f *Fake) SetNode(name, reason string, states ...string) error {
+	return f.PutNode(name, Node{States: states, Reason: reason})
+}
+
+// PutNode creates or replaces a node as given.
+func (f *Fake) PutNode(name string, node Node) error {
 	n := &types.V0044Node{}
 	n.Name = ptr.To(name)
-	setNode(n, Node{States: states, Reason: reason})
+	setNode(n, node)
 	ctx := context.Background()
 	if err := f.inner.Get(ctx, object.ObjectKey(name), &types.V0044Node{}); err != nil {
 		return f.inner.Create(ctx, n, nil)
@@ -236,7 +245,10 @@ func (f *Fake) node(ctx context.Context, name string) (Node, error) {
 	if err := f.inner.Get(ctx, object.ObjectKey(name), n); err != nil {
 		return Node{}, aggregate(http.StatusUnprocessableEntity, "Invalid node name specified")
 	}
-	out := Node{Reason: ptr.Deref(n.Reason, "")}
+	out := Node{Reason: ptr.Deref(n.Reason, ""), Features: ptr.Deref(n.Features, nil)}
+	if t := n.ReasonChangedAt; t != nil && ptr.Deref(t.Set, false) {
+		out.ReasonTime = time.Unix(ptr.Deref(t.Number, 0), 0)
+	}
 	for _, s := range ptr.Deref(n.State, nil) {
 		out.States = append(out.States, string(s))
 	}
@@ -262,6 +274,12 @@ func setNode(obj *types.V0044Node, n Node) {
 	}
 	obj.State = &states
 	obj.Reason = ptr.To(n.Reason)
+	if n.Features != nil {
+		obj.Features = ptr.To(n.Features)
+	}
+	if !n.ReasonTime.IsZero() {
+		obj.ReasonChangedAt = &api.V0044Uint64NoValStruct{Set: ptr.To(true), Number: ptr.To(n.ReasonTime.Unix())}
+	}
 }
 
 func isBaseNodeState(s string) bool {
