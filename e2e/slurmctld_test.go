@@ -101,6 +101,17 @@ func slurmCommand(t *testing.T, c *slurmv1.SlurmCluster, args ...string) (string
 	return string(out), phase == v1.PodSucceeded
 }
 
+// workerConfCache is the slurm.conf a configless worker fetched from slurmctld: slurmd's
+// conf-cache in its spool, an emptyDir the pod runner keeps as a directory of the pod.
+func workerConfCache(t *testing.T, ns, worker string) string {
+	t.Helper()
+	p, err := kube.CoreV1().Pods(ns).Get(context.Background(), worker, metav1.GetOptions{})
+	require.NoError(t, err)
+	b, err := os.ReadFile(filepath.Join(runDir, "podrunner", "pods", string(p.UID), "volumes", "spool", "conf-cache", "slurm.conf"))
+	require.NoError(t, err)
+	return string(b)
+}
+
 // updateCluster changes the SlurmCluster key (read into c), retrying on conflicts.
 func updateCluster(t *testing.T, kc client.Client, key client.ObjectKey, c *slurmv1.SlurmCluster, mutate func(*slurmv1.SlurmCluster)) {
 	t.Helper()
@@ -222,9 +233,12 @@ func TestSlurmClusterRunsSlurm(t *testing.T) {
 
 	// Issue 5, test 2: a partition change in the spec reaches slurmctld (an in-place restart
 	// of its pod with the new configuration) while the job keeps running.
+	// The worker, configless, holds what it fetched from slurmctld; slurmctld's restart alone
+	// would leave it there, so the controller has slurmctld send the new one to every slurmd.
 	update := func(mutate func(*slurmv1.SlurmCluster)) { updateCluster(t, kc, key, c, mutate) }
 	applied := c.Status.AppliedConfigHash
 	require.NotEmpty(t, applied)
+	require.Contains(t, workerConfCache(t, ns, worker), " MaxTime=1:00:00 ")
 	update(func(c *slurmv1.SlurmCluster) { c.Spec.Partitions[0].MaxTime = "2:00:00" })
 	eventually(t, 180*time.Second, "the new configuration applied", func() bool {
 		return kc.Get(ctx, key, c) == nil && c.Status.AppliedConfigHash != applied &&
@@ -235,6 +249,12 @@ func TestSlurmClusterRunsSlurm(t *testing.T) {
 		out, ok := slurmCommand(t, c, "/usr/bin/sinfo", "-h", "-o", "%P %l")
 		return ok && strings.Contains(out, "main* 2:00:00")
 	})
+	eventually(t, 90*time.Second, "the worker's slurmd told of the new configuration", func() bool {
+		return kc.Get(ctx, key, c) == nil && c.Status.WorkersConfigHash == c.Status.AppliedConfigHash &&
+			strings.Contains(workerConfCache(t, ns, worker), " MaxTime=2:00:00 ")
+	})
+	assert.Contains(t, namedClusterEvents(t, ns, "slurm", wellknown.EventSlurmWorkersReconfigured),
+		"slurmctld sent configuration "+c.Status.AppliedConfigHash+" to every slurmd (was "+applied+")")
 	assert.Contains(t, squeue(), running+" RUNNING "+runnerNode, "the running job survived the reconfiguration")
 
 	// A refused value: ConfigValid False, and slurmctld keeps running the old configuration.

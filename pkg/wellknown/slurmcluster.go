@@ -32,6 +32,8 @@ const (
 	// EventSlurmConfigRejected (warning): slurmctld exited on a new configuration; it runs
 	// the last applied one again.
 	EventSlurmConfigRejected = "SlurmConfigRejected"
+	// EventSlurmWorkersReconfigured: slurmctld sent its new configuration to every slurmd.
+	EventSlurmWorkersReconfigured = "SlurmWorkersReconfigured"
 	// EventSlurmWorkerRemoved: a slurmd worker pod was deleted (scale-in, node gone, update).
 	EventSlurmWorkerRemoved = "SlurmWorkerRemoved"
 	// EventSlurmWorkerNotRegistered (warning): a worker's slurmd ran while Slurm had no node

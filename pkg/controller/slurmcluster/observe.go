@@ -81,6 +81,9 @@ func (r *Reconciler) observeSlurm(ctx context.Context, c *slurmv1.SlurmCluster, 
 		log.FromContext(ctx).Info("cannot read the cluster's Slurm nodes; status.nodes kept", "err", err.Error())
 		return true
 	}
+	if err := r.tellWorkers(ctx, c, sc, status); err != nil {
+		log.FromContext(ctx).Info("cannot send the new configuration to the workers; tried again at the next pass", "err", err.Error())
+	}
 	if nodes, err = r.pruneStaleNodes(ctx, c, sc, nodes, want); err != nil {
 		log.FromContext(ctx).Info("cannot prune lost workers' Slurm nodes", "err", err.Error())
 	}

@@ -85,6 +85,10 @@ func (f *Fake) get(ctx context.Context, key object.ObjectKey, obj object.Object,
 	if err := f.count("get"); err != nil {
 		return err
 	}
+	if _, ok := obj.(*types.V0044Reconfigure); ok {
+		f.logNodeOp("reconfigure")
+		return nil
+	}
 	return f.inner.Get(ctx, key, obj, opts...)
 }
 
@@ -224,7 +228,7 @@ func (f *Fake) PutNode(name string, node Node) error {
 }
 
 // NodeOps returns the node changes made since the last call ("drain n1: <reason>",
-// "undrain n1", "resume n1", "delete n1"), and forgets them.
+// "undrain n1", "resume n1", "delete n1", "reconfigure"), and forgets them.
 func (f *Fake) NodeOps() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
