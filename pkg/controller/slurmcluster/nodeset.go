@@ -276,9 +276,9 @@ func specHash(spec v1.PodSpec) string {
 // at a time, and only while every other worker is ready, so an update never takes more
 // than one node out of Slurm. It returns the ready workers.
 func (r *Reconciler) ensureWorkers(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus, want []worker) (int32, error) {
-	pods := &v1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels(componentLabels(c, componentSlurmd))); err != nil {
-		return 0, fmt.Errorf("listing worker pods: %w", err)
+	pods, err := r.listWorkerPods(ctx, c)
+	if err != nil {
+		return 0, err
 	}
 	existing := map[string]*v1.Pod{}
 	for i := range pods.Items {
@@ -354,9 +354,9 @@ func (r *Reconciler) teardown(ctx context.Context, c *slurmv1.SlurmCluster) (ctr
 	if !controllerutil.ContainsFinalizer(c, WorkersFinalizer) {
 		return ctrl.Result{}, nil
 	}
-	pods := &v1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels(componentLabels(c, componentSlurmd))); err != nil {
-		return ctrl.Result{}, fmt.Errorf("listing worker pods: %w", err)
+	pods, err := r.listWorkerPods(ctx, c)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
 	left := 0
 	for i := range pods.Items {

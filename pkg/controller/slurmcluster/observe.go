@@ -18,10 +18,43 @@ import (
 // observePoll: how often a cluster's Slurm node states are read into its status.
 const observePoll = 30 * time.Second
 
-// slurmClients keeps one slurmrestd client per URL.
+// slurmClients keeps one slurmrestd client per URL, and forgets those no cluster has
+// used for a while (a slurmrestd pod's address changes with each new pod).
 type slurmClients struct {
 	mu      sync.Mutex
 	clients map[string]slurm.Client
+	used    map[string]time.Time
+}
+
+// clientIdle: a client unused this long (ten observe passes of its cluster) is dropped.
+const clientIdle = 10 * observePoll
+
+// get returns url's client, made by newClient when missing, and drops the idle ones.
+func (s *slurmClients) get(url string, now time.Time, newClient func() (slurm.Client, error)) (slurm.Client, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for u, t := range s.used {
+		if now.Sub(t) > clientIdle {
+			delete(s.clients, u)
+			delete(s.used, u)
+		}
+	}
+	if s.used == nil {
+		s.used = map[string]time.Time{}
+	}
+	if sc, ok := s.clients[url]; ok {
+		s.used[url] = now
+		return sc, nil
+	}
+	sc, err := newClient()
+	if err != nil {
+		return nil, err
+	}
+	if s.clients == nil {
+		s.clients = map[string]slurm.Client{}
+	}
+	s.clients[url], s.used[url] = sc, now
+	return sc, nil
 }
 
 // clientFor is the client of the cluster's slurmrestd, signed with the controller's key.
@@ -43,21 +76,10 @@ func (r *Reconciler) clientFor(ctx context.Context, c *slurmv1.SlurmCluster) (sl
 		return nil, nil
 	}
 	url := fmt.Sprintf("http://%s:%d", addr, restAPIPort(c))
-	r.slurm.mu.Lock()
-	defer r.slurm.mu.Unlock()
-	if sc, ok := r.slurm.clients[url]; ok {
-		return sc, nil
-	}
-	sc, err := slurm.NewClient(slurm.Config{URL: url, User: "slurm", RSAKey: r.Identity.Key, RSAKeyID: r.Identity.KeyID,
-		TokenLifetime: 10 * time.Minute, Timeout: 5 * time.Second})
-	if err != nil {
-		return nil, err
-	}
-	if r.slurm.clients == nil {
-		r.slurm.clients = map[string]slurm.Client{}
-	}
-	r.slurm.clients[url] = sc
-	return sc, nil
+	return r.slurm.get(url, time.Now(), func() (slurm.Client, error) {
+		return slurm.NewClient(slurm.Config{URL: url, User: "slurm", RSAKey: r.Identity.Key, RSAKeyID: r.Identity.KeyID,
+			TokenLifetime: 10 * time.Minute, Timeout: 5 * time.Second})
+	})
 }
 
 // observeSlurm reads the cluster's Slurm node states into status.nodes and nodeSummary,

@@ -3,7 +3,9 @@ package slurmcluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -16,6 +18,7 @@ import (
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
 	"github.com/kubeslurm/kubeslurm/pkg/slurm"
+	"github.com/kubeslurm/kubeslurm/pkg/slurm/slurmtest"
 )
 
 func TestSummarize(t *testing.T) {
@@ -96,4 +99,30 @@ func TestBusyWorkersProtected(t *testing.T) {
 	nodes = []slurm.Node{{Name: "slurm-r-0", States: []string{"IDLE"}}}
 	require.NoError(t, f.r.markBusyWorkers(context.Background(), cl, nodes))
 	assert.NotContains(t, f.workers()["slurm-r-0"].Labels, busyLabel)
+}
+
+// The slurmrestd clients: one per address, reused, and dropped once idle (a new slurmrestd
+// pod has a new address; the old one's client would stay forever).
+func TestSlurmClientsDropIdle(t *testing.T) {
+	var s slurmClients
+	made := 0
+	newClient := func() (slurm.Client, error) { made++; return slurmtest.New(), nil }
+	t0 := time.Now()
+	a, err := s.get("http://10.0.0.1:6820", t0, newClient)
+	require.NoError(t, err)
+	again, err := s.get("http://10.0.0.1:6820", t0.Add(time.Minute), newClient)
+	require.NoError(t, err)
+	assert.Same(t, a, again)
+	_, err = s.get("http://10.0.0.2:6820", t0.Add(time.Minute), newClient)
+	require.NoError(t, err)
+	assert.Equal(t, 2, made)
+	// Past clientIdle without use, 10.0.0.1's client is gone; 10.0.0.2 was used since.
+	_, err = s.get("http://10.0.0.2:6820", t0.Add(2*time.Minute+clientIdle), newClient)
+	require.NoError(t, err)
+	assert.NotContains(t, s.clients, "http://10.0.0.1:6820")
+	assert.Contains(t, s.clients, "http://10.0.0.2:6820")
+	// A failed client is not kept.
+	_, err = s.get("http://10.0.0.3:6820", t0, func() (slurm.Client, error) { return nil, errors.New("bad URL") })
+	require.Error(t, err)
+	assert.NotContains(t, s.clients, "http://10.0.0.3:6820")
 }
