@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -149,14 +150,20 @@ func podReady(p *v1.Pod) bool {
 // startPodRunner runs bin/kubeslurm-podrunner for the test (log in .local/logs/podrunner.log;
 // its containers log to .local/podrunner/logs/; Slurm images run in .local/slurm-root)
 // and stops it at the end, which also removes its node.
-func startPodRunner(t *testing.T) {
+func startPodRunner(t *testing.T) { startPodRunnerOn(t, runnerNode, "podrunner", true) }
+
+// startPodRunnerOn runs a pod runner for node, with its state (and its containers' logs)
+// in .local/<stateDir>; bind: it also binds unscheduled pods of our images (one runner
+// only should).
+func startPodRunnerOn(t *testing.T, node, stateDir string, bind bool) {
 	t.Helper()
-	logPath := filepath.Join(runDir, "logs", "podrunner.log")
+	logPath := filepath.Join(runDir, "logs", stateDir+".log")
 	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	require.NoError(t, err)
 	cmd := exec.Command(filepath.Join(repoRoot, "bin", "kubeslurm-podrunner"),
-		"--kubeconfig", filepath.Join(runDir, "admin.kubeconfig"), "--node-name", runnerNode,
-		"--state-dir", filepath.Join(runDir, "podrunner"), "--slurm-root", filepath.Join(runDir, "slurm-root"))
+		"--kubeconfig", filepath.Join(runDir, "admin.kubeconfig"), "--node-name", node,
+		"--state-dir", filepath.Join(runDir, stateDir), "--slurm-root", filepath.Join(runDir, "slurm-root"),
+		fmt.Sprintf("--bind-unscheduled=%t", bind))
 	cmd.Stdout, cmd.Stderr = log, log
 	require.NoError(t, cmd.Start())
 	exited := make(chan error, 1)
@@ -171,11 +178,11 @@ func startPodRunner(t *testing.T) {
 			t.Errorf("pod runner did not stop within 60s of SIGTERM (log %s)", logPath)
 		}
 		_ = log.Close()
-		_, err := kube.CoreV1().Nodes().Get(context.Background(), runnerNode, metav1.GetOptions{})
-		assert.True(t, apierrors.IsNotFound(err), "node %s left after the runner stopped: %v", runnerNode, err)
+		_, err := kube.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		assert.True(t, apierrors.IsNotFound(err), "node %s left after the runner stopped: %v", node, err)
 	})
-	eventually(t, 30*time.Second, "node "+runnerNode+" Ready", func() bool {
-		n, err := kube.CoreV1().Nodes().Get(context.Background(), runnerNode, metav1.GetOptions{})
+	eventually(t, 30*time.Second, "node "+node+" Ready", func() bool {
+		n, err := kube.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
 		if err != nil {
 			return false
 		}

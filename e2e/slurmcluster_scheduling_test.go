@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,9 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
 	"github.com/kubeslurm/kubeslurm/pkg/controller/slurmcluster"
+	"github.com/kubeslurm/kubeslurm/pkg/slurm"
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
 
@@ -30,21 +34,31 @@ const clusterScheduler = "kubeslurm-slurm"
 // slurmctld is ready and its one worker (on the pod runner's node) is idle in sinfo.
 func waitSlurmClusterUp(t *testing.T, ns string) *slurmv1.SlurmCluster {
 	t.Helper()
-	kc := slurmClient(t)
 	applyExample(t, ns, "slurmcluster-local.yaml")
+	return waitSlurmClusterReady(t, ns, runnerNode)
+}
+
+// waitSlurmClusterReady waits until the SlurmCluster "slurm" in ns has slurmctld and
+// slurmrestd ready and one ready worker on each of nodes, idle in sinfo.
+func waitSlurmClusterReady(t *testing.T, ns string, nodes ...string) *slurmv1.SlurmCluster {
+	t.Helper()
+	kc := slurmClient(t)
 	c := &slurmv1.SlurmCluster{}
-	eventually(t, 120*time.Second, "ControllerReady True, one ready worker and slurmrestd ready", func() bool {
+	eventually(t, 120*time.Second, fmt.Sprintf("ControllerReady True and %d ready workers", len(nodes)), func() bool {
 		return kc.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "slurm"}, c) == nil &&
 			meta.IsStatusConditionTrue(c.Status.Conditions, slurmv1.ConditionControllerReady) &&
-			c.Status.ReadyWorkers == 1
+			c.Status.ReadyWorkers == int32(len(nodes))
 	})
 	eventually(t, 60*time.Second, "slurmrestd ready", func() bool {
 		d, err := kube.AppsV1().Deployments(ns).Get(context.Background(), slurmcluster.RestAPIName(c), metav1.GetOptions{})
 		return err == nil && d.Status.ReadyReplicas == 1
 	})
-	eventually(t, 60*time.Second, "sinfo lists the worker idle", func() bool {
+	eventually(t, 60*time.Second, "sinfo lists the workers idle", func() bool {
 		out, ok := slurmCommand(t, c, "/usr/bin/sinfo", "-h", "-N", "-o", "%N %t")
-		return ok && strings.Contains(out, runnerNode+" idle")
+		for _, n := range nodes {
+			ok = ok && strings.Contains(out, n+" idle")
+		}
+		return ok
 	})
 	return c
 }
@@ -68,21 +82,10 @@ func regexpField(out, key string) string {
 	return ""
 }
 
-// Issue 5: the scheduler runs against a Slurm cluster that our own controller deployed. A
-// SlurmCluster's Slurm gets a kubeslurm release of its own (`helm install` with its
-// schedulerName, the cluster's slurmrestd, and the JWT key Secret the controller generated,
-// from which the release's scheduler and controller mint their tokens). A pod for that
-// schedulerName becomes a job of that Slurm and is bound to the node the cluster's worker
-// registered as; killing slurmctld leaves the bound pod and its running job as they were
-// (test 3); deleting the pod cancels its job there. The local kubeslurm, with another
-// schedulerName and another Slurm, leaves the pod alone though its job id means nothing in
-// its Slurm.
-func TestSchedulerOnSlurmCluster(t *testing.T) {
-	ctx := context.Background()
-	startPodRunner(t)
-	ns := namespace(t)
-	c := waitSlurmClusterUp(t, ns)
-
+// installClusterRelease installs the kubeslurm release of examples/
+// kubeslurm-for-slurmcluster.values.yaml for the SlurmCluster c (uninstalled at the end).
+func installClusterRelease(t *testing.T, ns string, c *slurmv1.SlurmCluster) {
+	t.Helper()
 	release := "slurm-kubeslurm"
 	helmEnv := helmHome(t)
 	t.Cleanup(func() {
@@ -105,14 +108,34 @@ func TestSchedulerOnSlurmCluster(t *testing.T) {
 	require.Equal(t, "slurm-jwt-key/jwt_hs256.key", secret+"/"+dataKey, "the example's slurm.jwtKeySecret")
 	out, err := runHelm(helmEnv, args...)
 	require.NoError(t, err, "helm install: %s", out)
+}
 
-	p := newPod(ns, "on-slurmcluster")
+// onCluster makes a test pod the release's: its schedulerName, and an image the pod runner
+// runs (chrooted in the Slurm root), so that a bound pod really runs.
+func onCluster(p *v1.Pod) {
 	p.Spec.SchedulerName = clusterScheduler
-	// An image the pod runner runs (chrooted in the Slurm root), so the bound pod really runs.
 	p.Spec.Containers[0].Image = slurmcluster.DefaultWorkerImage
 	p.Spec.Containers[0].Command = []string{"/bin/sleep", "3600"}
-	_, err = kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
-	require.NoError(t, err)
+}
+
+// Issue 5: the scheduler runs against a Slurm cluster that our own controller deployed. A
+// SlurmCluster's Slurm gets a kubeslurm release of its own (`helm install` with its
+// schedulerName, the cluster's slurmrestd, and the JWT key Secret the controller generated,
+// from which the release's scheduler and controller mint their tokens). A pod for that
+// schedulerName becomes a job of that Slurm and is bound to the node the cluster's worker
+// registered as; killing slurmctld leaves the bound pod and its running job as they were
+// (test 3); deleting the pod cancels its job there. The local kubeslurm, with another
+// schedulerName and another Slurm, leaves the pod alone though its job id means nothing in
+// its Slurm.
+func TestSchedulerOnSlurmCluster(t *testing.T) {
+	ctx := context.Background()
+	startPodRunner(t)
+	ns := namespace(t)
+	c := waitSlurmClusterUp(t, ns)
+
+	installClusterRelease(t, ns, c)
+
+	p := createPod(t, ns, "on-slurmcluster", onCluster)
 	p = waitBound(t, ns, p.Name, 60*time.Second)
 	assert.Equal(t, runnerNode, p.Spec.NodeName)
 	id := jobIDOf(t, p)
@@ -143,12 +166,7 @@ func TestSchedulerOnSlurmCluster(t *testing.T) {
 	assert.Equal(t, strconv.Itoa(int(id)), after.Labels[wellknown.JobIDLabel])
 
 	// A second pod is placed by the same Slurm after its restart.
-	second := newPod(ns, "after-restart")
-	second.Spec.SchedulerName = clusterScheduler
-	second.Spec.Containers[0].Image = slurmcluster.DefaultWorkerImage
-	second.Spec.Containers[0].Command = []string{"/bin/sleep", "3600"}
-	_, err = kube.CoreV1().Pods(ns).Create(ctx, second, metav1.CreateOptions{})
-	require.NoError(t, err)
+	second := createPod(t, ns, "after-restart", onCluster)
 	second = waitBound(t, ns, second.Name, 90*time.Second)
 	assert.Equal(t, "RUNNING "+runnerNode, clusterJobState(t, c, jobIDOf(t, second)))
 
@@ -164,4 +182,65 @@ func TestSchedulerOnSlurmCluster(t *testing.T) {
 			return apierrors.IsNotFound(err)
 		})
 	}
+}
+
+// runnerNode2 is a second pod runner's node, for a SlurmCluster of two workers.
+const runnerNode2 = runnerNode + "-2"
+
+// Issue 5, a pod group through a SlurmCluster's Slurm: two pod runners (two Kubernetes
+// nodes on this one host, so the second NodeSet's slurmd takes another port), a worker on
+// each, and the release's scheduler makes the group's two pods ONE two-node job of that
+// Slurm, each pod bound to one of its nodes, both running.
+func TestPodGroupOnSlurmCluster(t *testing.T) {
+	ctx := context.Background()
+	startPodRunner(t)
+	startPodRunnerOn(t, runnerNode2, "podrunner-2", false)
+	ns := namespace(t)
+	// The local example, with one NodeSet per runner's node.
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "examples", "slurmcluster-local.yaml"))
+	require.NoError(t, err)
+	c := &slurmv1.SlurmCluster{}
+	require.NoError(t, yaml.UnmarshalStrict(raw, c))
+	c.Namespace = ns
+	c.Spec.NodeSets[0].NodeSelector = map[string]string{v1.LabelHostname: runnerNode}
+	c.Spec.NodeSets = append(c.Spec.NodeSets, slurmv1.NodeSetSpec{Name: "runner2", Port: ptrTo[int32](6838),
+		NodeSelector: map[string]string{v1.LabelHostname: runnerNode2}, Features: []string{"local"}})
+	c.Spec.Partitions[0].NodeSets = []string{"runner", "runner2"}
+	kc := slurmClient(t)
+	require.NoError(t, kc.Create(ctx, c))
+	t.Cleanup(func() {
+		require.NoError(t, client.IgnoreNotFound(kc.Delete(ctx, c)))
+		eventually(t, 120*time.Second, "SlurmCluster "+ns+"/slurm gone", func() bool {
+			return apierrors.IsNotFound(kc.Get(ctx, client.ObjectKeyFromObject(c), &slurmv1.SlurmCluster{}))
+		})
+	})
+	c = waitSlurmClusterReady(t, ns, runnerNode, runnerNode2)
+	installClusterRelease(t, ns, c)
+
+	pods := waitAllBound(t, createPodGroup(t, ns, "train", 2, nil, onCluster), 90*time.Second)
+	id := jobIDOf(t, pods[0])
+	require.Equal(t, id, jobIDOf(t, pods[1]), "both members name the same Slurm job")
+	state := strings.Fields(clusterJobState(t, c, id))
+	require.Len(t, state, 2)
+	assert.Equal(t, "RUNNING", state[0])
+	nodes := slurm.ExpandHostlist(state[1])
+	assert.ElementsMatch(t, []string{runnerNode, runnerNode2}, nodes, "one two-node job")
+	assert.ElementsMatch(t, nodes, []string{pods[0].Spec.NodeName, pods[1].Spec.NodeName}, "each member on one of the job's nodes")
+	eventually(t, 60*time.Second, "both members run (each on its runner)", func() bool {
+		for _, p := range pods {
+			if getPod(t, ns, p.Name).Status.Phase != v1.PodRunning {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("group train: Slurm job %d on %s", id, state[1])
+
+	// Deleting the group's pods cancels its one job.
+	for _, p := range pods {
+		require.NoError(t, kube.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{}))
+	}
+	eventually(t, 60*time.Second, "job "+strconv.Itoa(int(id))+" cancelled", func() bool {
+		return strings.HasPrefix(clusterJobState(t, c, id), "CANCELLED ")
+	})
 }

@@ -236,6 +236,12 @@ type NodeSetSpec struct {
 	// +kubebuilder:default=600
 	// +optional
 	PruneDownAfterSeconds *int64 `json:"pruneDownAfterSeconds,omitempty"`
+	// Port slurmd listens on. Another than 6818 where the workers share their node's
+	// network with another slurmd (host network).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	Port *int32 `json:"port,omitempty"`
 	// GPUs: the workers register their node's GPUs as GRES (gres.conf AutoDetect=nvidia
 	// finds the devices). DaemonSet mode only. Absent: no GRES.
 	// +optional

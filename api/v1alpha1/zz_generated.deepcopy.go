@@ -190,6 +190,11 @@ func (in *NodeSetSpec) DeepCopyInto(out *NodeSetSpec) {
 		*out = new(int64)
 		**out = **in
 	}
+	if in.Port != nil {
+		in, out := &in.Port, &out.Port
+		*out = new(int32)
+		**out = **in
+	}
 	if in.GPUs != nil {
 		in, out := &in.GPUs, &out.GPUs
 		*out = new(NodeSetGPUs)

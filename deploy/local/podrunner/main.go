@@ -55,6 +55,8 @@ type runner struct {
 	self      string
 	// Where the processes reach the API server (KUBERNETES_SERVICE_HOST/PORT).
 	apiHost, apiPort string
+	// bindUnscheduled: the runner binds unscheduled pods of its images to its node.
+	bindUnscheduled bool
 
 	lister cache.Indexer
 	queue  workqueue.TypedRateLimitingInterface[string]
@@ -77,14 +79,16 @@ func main() {
 	apiHost := flag.String("apiserver-host", "127.0.0.1", "KUBERNETES_SERVICE_HOST given to the processes")
 	apiPort := flag.String("apiserver-port", "6443", "KUBERNETES_SERVICE_PORT given to the processes")
 	slurmRoot := flag.String("slurm-root", "", "root filesystem the containers of the Slurm images run in (chrooted); empty: those pods are not run")
+	bindUnscheduled := flag.Bool("bind-unscheduled", true,
+		"bind unscheduled pods of the table's images that ask for the default scheduler to this node (false: only run pods bound here, e.g. by a DaemonSet-like controller; for a second runner beside the first)")
 	flag.Parse()
-	if err := run(*kubeconfig, *node, *binDir, *stateDir, *slurmRoot, *apiHost, *apiPort); err != nil {
+	if err := run(*kubeconfig, *node, *binDir, *stateDir, *slurmRoot, *apiHost, *apiPort, *bindUnscheduled); err != nil {
 		klog.ErrorS(err, "pod runner failed")
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig, node, binDir, stateDir, slurmRoot, apiHost, apiPort string) error {
+func run(kubeconfig, node, binDir, stateDir, slurmRoot, apiHost, apiPort string, bindUnscheduled bool) error {
 	if stateDir == "" {
 		return fmt.Errorf("--state-dir is required")
 	}
@@ -105,7 +109,7 @@ func run(kubeconfig, node, binDir, stateDir, slurmRoot, apiHost, apiPort string)
 	}
 	r := &runner{
 		kube: kubernetes.NewForConfigOrDie(cfg), node: node, binDir: binDir, stateDir: stateDir, self: self, slurmRoot: slurmRoot,
-		apiHost: apiHost, apiPort: apiPort, pods: map[string]*podRun{},
+		apiHost: apiHost, apiPort: apiPort, bindUnscheduled: bindUnscheduled, pods: map[string]*podRun{},
 		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -185,8 +189,10 @@ func (r *runner) sync(ctx context.Context, key string) error {
 	switch {
 	case pod == nil:
 		return nil
-	case pod.Spec.NodeName == "":
+	case pod.Spec.NodeName == "" && r.bindUnscheduled:
 		return r.bindIfOurs(ctx, pod)
+	case pod.Spec.NodeName == "":
+		return nil
 	case pod.Spec.NodeName != r.node:
 		return nil
 	case pod.DeletionTimestamp != nil:

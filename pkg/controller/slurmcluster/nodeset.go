@@ -151,12 +151,23 @@ func slurmdArgs(c *slurmv1.SlurmCluster, w worker) []string {
 	_, addr := slurmconf.ControllerHost(c)
 	features := append([]string{w.set.Name}, w.set.Features...)
 	conf := "Features=" + strings.Join(features, ",")
+	if w.set.Port != nil {
+		conf += fmt.Sprintf(" Port=%d", *w.set.Port)
+	}
 	if g := gresOf(w); g != "" {
 		conf += " Gres=" + g
 	}
 	return []string{"-D", "-Z", "-N", w.slurm,
 		"--conf-server", fmt.Sprintf("%s:%d", addr, controllerPort(c)),
 		"--conf", conf}
+}
+
+// slurmdPort is the port of the set's slurmd.
+func slurmdPort(set *slurmv1.NodeSetSpec) int32 {
+	if set.Port != nil {
+		return *set.Port
+	}
+	return SlurmdPort
 }
 
 // nodeGPUs is node's allocatable count of set's GPU resource; 0 without nodeSets[].gpus.
@@ -215,9 +226,9 @@ func workerPod(c *slurmv1.SlurmCluster, w worker) (*v1.Pod, error) {
 					{Name: "SLURM_NODE", Value: w.slurm},
 					{Name: "POD_NAME", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 				},
-				Ports: []v1.ContainerPort{{Name: componentSlurmd, ContainerPort: SlurmdPort}},
+				Ports: []v1.ContainerPort{{Name: componentSlurmd, ContainerPort: slurmdPort(w.set)}},
 				ReadinessProbe: &v1.Probe{
-					ProbeHandler:  v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromInt32(SlurmdPort)}},
+					ProbeHandler:  v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromInt32(slurmdPort(w.set))}},
 					PeriodSeconds: 2,
 				},
 				VolumeMounts: []v1.VolumeMount{

@@ -201,6 +201,23 @@ func TestWorkerGPUsFromItsNode(t *testing.T) {
 	}
 }
 
+// nodeSets[].port: slurmd registers it (--conf Port=), and the pod's port and probe follow.
+func TestWorkerPort(t *testing.T) {
+	for _, port := range []*int32{nil, ptr[int32](6838)} {
+		set := &slurmv1.NodeSetSpec{Name: "g", Port: port}
+		p, err := workerPod(newCluster(), worker{set: set, slurm: "n", kubeNode: "n"})
+		require.NoError(t, err)
+		want, conf := int32(SlurmdPort), "Features=g"
+		if port != nil {
+			want, conf = *port, "Features=g Port=6838"
+		}
+		ctr := p.Spec.Containers[0]
+		assert.Equal(t, conf, ctr.Args[len(ctr.Args)-1])
+		assert.Equal(t, want, ctr.Ports[0].ContainerPort)
+		assert.Equal(t, want, ctr.ReadinessProbe.TCPSocket.Port.IntVal)
+	}
+}
+
 // A worker whose slurmd ran while Slurm had no node of its name (the wrapper's exit code)
 // is recreated, with a warning.
 func TestUnregisteredWorkerRecreated(t *testing.T) {
