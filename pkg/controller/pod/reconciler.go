@@ -89,10 +89,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	job, ok := r.Watcher.JobForPod(pod.UID)
-	if !ok && r.owns(pod) {
+	if !ok {
+		if !r.owns(pod) {
+			// Another scheduler's pod: its job id label names a job of another Slurm.
+			return ctrl.Result{}, nil
+		}
 		return r.reconcileMissingJob(ctx, pod)
-	} else if !ok {
-		return ctrl.Result{}, nil
 	}
 
 	podDone := isTerminal(pod) || (pod.DeletionTimestamp != nil && pod.Spec.NodeName == "")
