@@ -3,7 +3,6 @@ package slurmcluster
 import (
 	"context"
 	"fmt"
-	"maps"
 	"regexp"
 	"strings"
 
@@ -45,7 +44,7 @@ func AppliedConfigMapName(c *slurmv1.SlurmCluster) string { return c.Name + "-sl
 // controllerPod is slurmctld's pod, nil while there is none.
 func (r *Reconciler) controllerPod(ctx context.Context, c *slurmv1.SlurmCluster) (*v1.Pod, error) {
 	p := &v1.Pod{}
-	name := ControllerName(c) + "-0"
+	name := controllerPodName(c)
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, p)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
@@ -106,15 +105,7 @@ func (r *Reconciler) keepAppliedConfig(ctx context.Context, c *slurmv1.SlurmClus
 		if !dst.CreationTimestamp.IsZero() && !metav1.IsControlledBy(dst, c) {
 			return fmt.Errorf("ConfigMap %s exists and is not this SlurmCluster's", dst.Name)
 		}
-		if dst.Labels == nil {
-			dst.Labels = map[string]string{}
-		}
-		dst.Labels[wellknown.SlurmClusterLabel] = c.Name
-		if dst.Annotations == nil {
-			dst.Annotations = map[string]string{}
-		}
-		dst.Annotations[wellknown.SlurmConfigHashAnnotation] = hash
-		dst.Data, dst.BinaryData = maps.Clone(src.Data), nil
+		fillConfigMap(dst, c, src.Data, hash)
 		return controllerutil.SetControllerReference(c, dst, r.Client.Scheme())
 	}); err != nil {
 		return false, fmt.Errorf("keeping the applied configuration in ConfigMap %s: %w", dst.Name, err)
@@ -233,7 +224,7 @@ func failureLines(log string) string {
 // that configuration once it is the rendered one. While the rendered configuration is
 // rejected the condition keeps the reason checkRejected gave.
 func (r *Reconciler) configApplied(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus, p *v1.Pod) (bool, error) {
-	name := ControllerName(c) + "-0"
+	name := controllerPodName(c)
 	running := ""
 	if p != nil && p.DeletionTimestamp == nil && isReady(p) {
 		running = p.Annotations[wellknown.SlurmConfigHashAnnotation]

@@ -155,19 +155,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// After the configuration: a ComputeDomain problem must not hold slurm.conf back.
 	if poll, err := r.ensureComputeDomain(ctx, c, status); err != nil {
 		return ctrl.Result{}, err
-	} else if poll && (result.RequeueAfter == 0 || computeDomainPoll < result.RequeueAfter) {
-		result.RequeueAfter = computeDomainPoll
+	} else if poll {
+		requeueWithin(&result, computeDomainPoll)
 	}
 	// Before slurmctld: a new slurmctld registers the cluster with slurmdbd.
 	if poll, err := r.ensureAccounting(ctx, c, status); err != nil {
 		return ctrl.Result{}, err
-	} else if poll && (result.RequeueAfter == 0 || keyRetry < result.RequeueAfter) {
-		result.RequeueAfter = keyRetry
+	} else if poll {
+		requeueWithin(&result, keyRetry)
 	}
 	if poll, err := r.ensureController(ctx, c, status); err != nil {
 		return ctrl.Result{}, err
-	} else if poll && (result.RequeueAfter == 0 || configPoll < result.RequeueAfter) {
-		result.RequeueAfter = configPoll
+	} else if poll {
+		requeueWithin(&result, configPoll)
 	}
 	if err := r.ensureRestAPI(ctx, c, status); err != nil {
 		return ctrl.Result{}, err
@@ -184,8 +184,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	status.DesiredWorkers, status.ReadyWorkers = int32(len(want)), ready
-	if r.observeSlurm(ctx, c, status, want) && (result.RequeueAfter == 0 || observePoll < result.RequeueAfter) {
-		result.RequeueAfter = observePoll
+	if r.observeSlurm(ctx, c, status, want) {
+		requeueWithin(&result, observePoll)
 	}
 	// After the busy labels: the budget counts them.
 	if err := r.ensureBusyWorkersPDB(ctx, c); err != nil {
@@ -389,6 +389,13 @@ func setCondition(status *slurmv1.SlurmClusterStatus, gen int64, typ string, s m
 		Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: gen,
 	})
 	return changed
+}
+
+// requeueWithin has the result requeue after d at the latest (the soonest of its polls wins).
+func requeueWithin(result *ctrl.Result, d time.Duration) {
+	if result.RequeueAfter == 0 || d < result.RequeueAfter {
+		result.RequeueAfter = d
+	}
 }
 
 // allocatableChanged passes node updates that change the node's allocatable resources.

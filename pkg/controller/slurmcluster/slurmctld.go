@@ -41,6 +41,12 @@ const (
 // slurm.conf's SlurmctldHost (slurmconf.ControllerHost).
 func ControllerName(c *slurmv1.SlurmCluster) string { return c.Name + "-controller" }
 
+// controllerPodName is slurmctld's pod: the StatefulSet's pod 0, the host slurm.conf names.
+func controllerPodName(c *slurmv1.SlurmCluster) string {
+	host, _ := slurmconf.ControllerHost(c)
+	return host
+}
+
 func controllerPort(c *slurmv1.SlurmCluster) int32 {
 	if p := c.Spec.Controller.Port; p != 0 {
 		return p
@@ -214,7 +220,7 @@ func (r *Reconciler) ensureController(ctx context.Context, c *slurmv1.SlurmClust
 	if err != nil {
 		return false, err
 	}
-	pod := sts.Name + "-0"
+	pod := controllerPodName(c)
 	if sts.Status.ReadyReplicas > 0 {
 		if setCondition(status, c.Generation, slurmv1.ConditionControllerReady, metav1.ConditionTrue, ReasonControllerRunning,
 			fmt.Sprintf("slurmctld pod %s is ready on port %d", pod, controllerPort(c))) {
