@@ -84,9 +84,6 @@ func Validate(c *slurmv1.SlurmCluster) error {
 			}
 		}
 	}
-	if HasGPUs(c) && setsKey(c.Spec.ExtraConfig, "GresTypes") {
-		return fmt.Errorf("extraConfig: GresTypes is rendered (gpu) when a NodeSet has gpus")
-	}
 	defaults := 0
 	for _, p := range c.Spec.Partitions {
 		if err := ValidateValue(p.Name); err != nil {
@@ -138,9 +135,17 @@ func Validate(c *slurmv1.SlurmCluster) error {
 		}
 	}
 	reserved := reservedSlurmConf
+	var ours []string
 	if c.ComputeDomainEnabled() {
 		// SwitchType is then ours: switch/nvidia_imex.
-		reserved = keySet(append(slices.Collect(maps.Keys(reservedSlurmConf)), "SwitchType")...)
+		ours = append(ours, "SwitchType")
+	}
+	if HasGPUs(c) {
+		// GresTypes is then ours: gpu.
+		ours = append(ours, "GresTypes")
+	}
+	if len(ours) > 0 {
+		reserved = keySet(append(slices.Collect(maps.Keys(reservedSlurmConf)), ours...)...)
 	}
 	if err := validateLines(c.Spec.ExtraConfig, reserved); err != nil {
 		return fmt.Errorf("extraConfig: %w", err)

@@ -107,7 +107,7 @@ func TestRenderRefusesInjection(t *testing.T) {
 		}, "set by kubeslurm"},
 		{"GresTypes in extra config beside nodeSets[].gpus", func(s *slurmv1.SlurmClusterSpec) {
 			s.ExtraConfig = "SchedulerParameters=bf_interval=60 grestypes=gpu,nic"
-		}, "GresTypes is rendered"},
+		}, "grestypes is set by kubeslurm"},
 		{"GPU type that would add a GRES", func(s *slurmv1.SlurmClusterSpec) {
 			s.NodeSets[1].GPUs.Type = "a100,nic:1"
 		}, "not a plain name"},
@@ -189,6 +189,7 @@ func TestValidateExtraAccepts(t *testing.T) {
 		"PriorityWeightTRES=CPU=1000,Mem=2000,GRES/gpu=3000",
 		"SlurmctldTimeout=120\nMessageTimeout=20",
 		"SwitchType=switch/hpe_slingshot", // ours only with spec.computeDomain
+		"GresTypes=gpu,nic",               // ours only with nodeSets[].gpus
 	} {
 		assert.NoError(t, ValidateExtra(text), "%q", text)
 	}

@@ -127,18 +127,3 @@ func validateLine(line string, reserved map[string]bool) error {
 	}
 	return nil
 }
-
-// setsKey reports whether extra configuration sets key (case-insensitively, as Slurm reads it).
-func setsKey(text, key string) bool {
-	for _, line := range strings.Split(text, "\n") {
-		if line = strings.TrimSpace(line); strings.HasPrefix(line, "#") {
-			continue
-		}
-		for _, tok := range strings.Fields(line) {
-			if k, _, ok := strings.Cut(tok, "="); ok && strings.EqualFold(k, key) {
-				return true
-			}
-		}
-	}
-	return false
-}
