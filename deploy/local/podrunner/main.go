@@ -189,10 +189,8 @@ func (r *runner) sync(ctx context.Context, key string) error {
 	switch {
 	case pod == nil:
 		return nil
-	case pod.Spec.NodeName == "" && r.bindUnscheduled:
-		return r.bindIfOurs(ctx, pod)
 	case pod.Spec.NodeName == "":
-		return nil
+		return r.bindIfOurs(ctx, pod)
 	case pod.Spec.NodeName != r.node:
 		return nil
 	case pod.DeletionTimestamp != nil:
@@ -231,9 +229,10 @@ func (r *runner) forget(key string, pr *podRun) {
 }
 
 // bindIfOurs binds an unscheduled pod of the table's images that asks for the default
-// scheduler to the runner's node: the local cluster has no default scheduler.
+// scheduler to the runner's node (with --bind-unscheduled): the local cluster has no default
+// scheduler.
 func (r *runner) bindIfOurs(ctx context.Context, pod *v1.Pod) error {
-	if pod.DeletionTimestamp != nil || !ours(pod) ||
+	if !r.bindUnscheduled || pod.DeletionTimestamp != nil || !ours(pod) ||
 		(pod.Spec.SchedulerName != "" && pod.Spec.SchedulerName != v1.DefaultSchedulerName) {
 		return nil
 	}
