@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -148,6 +149,9 @@ func execMain(args []string) error {
 			return fmt.Errorf("chroot %s: %w", root, err)
 		}
 	}
+	// Opened while still root: the program's directories may be closed to the container's
+	// user (a checkout in a mode-0700 directory), which a kubelet's image never is.
+	prog, _ := os.Open(args[1])
 	if u != nil {
 		// Go applies these to every thread of the process.
 		if err := syscall.Setgroups(intIDs(u.Groups)); err != nil {
@@ -163,7 +167,12 @@ func execMain(args []string) error {
 	if err := os.Chdir(dir); err != nil {
 		return err
 	}
-	return syscall.Exec(args[1], args[1:], os.Environ())
+	err := syscall.Exec(args[1], args[1:], os.Environ())
+	if errors.Is(err, syscall.EACCES) && prog != nil {
+		// The file root opened, by its descriptor: no directory on its path is searched.
+		err = syscall.Exec(fmt.Sprintf("/proc/self/fd/%d", prog.Fd()), args[1:], os.Environ())
+	}
+	return err
 }
 
 func intIDs(ids []uint32) []int {
