@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -49,19 +50,32 @@ exec mariadbd --no-defaults --user=mysql --datadir="$DIR/data" --socket="$DIR/my
 // database db, until the test ends. Its data lives on a tmpfs that goes with it.
 func startMariaDB(t *testing.T, port int, user, password, db string) {
 	t.Helper()
-	if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err == nil {
-		_ = c.Close()
-		t.Fatalf("port %d is taken: the test's MariaDB needs it", port)
-	}
 	sql := fmt.Sprintf("CREATE USER '%[1]s'@'127.0.0.1' IDENTIFIED BY '%[2]s';\nGRANT ALL ON %[3]s.* TO '%[1]s'@'127.0.0.1';",
 		user, password, db)
-	dir := "/run/kubeslurm-e2e-mariadb"
-	logPath := filepath.Join(runDir, "logs", "mariadb-e2e.log")
+	startRootDaemon(t, "MariaDB", port, mariaDBScript, "INIT_SQL="+sql)
+}
+
+// startRootDaemon runs script (sh) inside the Slurm root as a host process that serves on
+// 127.0.0.1:port, with DIR (a tmpfs of its own, going with it), PORT and env set, until the
+// test ends; it waits until the port accepts connections. The script must exec the daemon,
+// so that SIGTERM reaches it. Its output goes to .local/logs/<name>-e2e.log.
+func startRootDaemon(t *testing.T, name string, port int, script string, env ...string) {
+	t.Helper()
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		_ = c.Close()
+		t.Fatalf("port %d is taken: the test's %s needs it", port, name)
+	}
+	slug := strings.ToLower(name)
+	dir := "/run/kubeslurm-e2e-" + slug
+	logPath := filepath.Join(runDir, "logs", slug+"-e2e.log")
 	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	require.NoError(t, err)
-	cmd := exec.Command(filepath.Join(repoRoot, "deploy", "local", "slurm-exec.sh"), "--clean", "--tmpfs", dir,
-		"--env", "DIR="+dir, "--env", fmt.Sprintf("PORT=%d", port), "--env", "INIT_SQL="+sql,
-		"--", "/bin/sh", "-c", mariaDBScript)
+	args := []string{"--clean", "--tmpfs", dir, "--env", "DIR=" + dir, "--env", fmt.Sprintf("PORT=%d", port)}
+	for _, e := range env {
+		args = append(args, "--env", e)
+	}
+	cmd := exec.Command(filepath.Join(repoRoot, "deploy", "local", "slurm-exec.sh"), append(args, "--", "/bin/sh", "-c", script)...)
 	cmd.Stdout, cmd.Stderr = log, log
 	require.NoError(t, cmd.Start())
 	exited := make(chan struct{})
@@ -73,18 +87,18 @@ func startMariaDB(t *testing.T, port int, user, password, db string) {
 		case <-exited:
 		case <-time.After(60 * time.Second):
 			_ = cmd.Process.Kill()
-			t.Errorf("MariaDB did not stop within 60s of SIGTERM (log %s)", logPath)
+			t.Errorf("%s did not stop within 60s of SIGTERM (log %s)", name, logPath)
 		}
 		_ = log.Close()
 	})
-	eventually(t, 120*time.Second, fmt.Sprintf("MariaDB listening on 127.0.0.1:%d (log %s)", port, logPath), func() bool {
+	eventually(t, 120*time.Second, fmt.Sprintf("%s listening on %s (log %s)", name, addr, logPath), func() bool {
 		select {
 		case <-exited:
 			out, _ := os.ReadFile(logPath)
-			t.Fatalf("MariaDB ended: %v\n%s", exitErr, out)
+			t.Fatalf("%s ended: %v\n%s", name, exitErr, out)
 		default:
 		}
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err != nil {
 			return false
 		}

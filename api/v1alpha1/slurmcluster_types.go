@@ -365,7 +365,10 @@ type LoginSetSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	Replicas *int32 `json:"replicas,omitempty"`
-	// SSSDConfRef is the users' sssd.conf, if identities come from SSSD.
+	// SSSDConfRef is the users' sssd.conf, if identities come from a directory: each login
+	// pod then runs sssd with it beside sackd, and the cluster trusts the user names and
+	// groups the login pods send (AuthInfo=use_client_ids), so slurmctld and the workers
+	// need no directory.
 	// +optional
 	SSSDConfRef *corev1.SecretKeySelector `json:"sssdConfRef,omitempty"`
 }
@@ -389,6 +392,10 @@ const (
 	// ConditionAccountingReady: slurmdbd runs and accepts connections. Absent while
 	// spec.accounting is not set.
 	ConditionAccountingReady = "AccountingReady"
+	// ConditionLoginsReady: every login pod of every LoginSet is ready (reason
+	// SSSDConfigMissing: a LoginSet's sssd.conf Secret does not exist). Absent without
+	// LoginSets.
+	ConditionLoginsReady = "LoginsReady"
 )
 
 // ComputeDomainStatus is the cluster's ComputeDomain as NVIDIA's driver reports it.

@@ -5,10 +5,12 @@
 #   docker build -f deploy/images/Dockerfile.login -t <your-registry>/kubeslurm/login:26.05 .
 # NOT BUILT where this file was written (no Docker engine there); the local cluster runs the
 # same programs from its Slurm root with the pod runner (deploy/local/podrunner).
-# A LoginSet's sssd.conf is mounted at /etc/sssd/sssd.conf; this image does not run sssd
-# (add sssd and a process supervisor to use it).
+# sssd-ldap and libnss-sss: with a LoginSet's sssdConfRef, the login pod runs this image's
+# sssd in a second container, and the name service switch (`passwd: files sss`, which
+# libnss-sss's installation sets) asks it for the directory's users.
 FROM debian:sid-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends sackd slurm-client slurm-wlm-jwt-plugin ca-certificates \
+    sssd-ldap libnss-sss \
  && rm -rf /var/lib/apt/lists/*
 ENTRYPOINT ["/usr/sbin/sackd"]

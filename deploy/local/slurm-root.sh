@@ -10,8 +10,10 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 cache=${KUBESLURM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubeslurm}
 dir="$cache/slurm-root-$SLURM_SUITE"
 # slurmdbd and mariadb-server: accounting (a SlurmCluster's slurmdbd, and the database the
-# e2e tests start); sackd: login pods. With them the root is about 720 MB, made in ~80 s.
-packages=slurmctld,slurmd,slurmrestd,slurm-client,slurm-wlm-jwt-plugin,procps,ca-certificates,slurmdbd,sackd,mariadb-server
+# e2e tests start); sackd: login pods; sssd-ldap and libnss-sss: login pods' users from a
+# directory (sssd), and slapd with ldap-utils: the directory the e2e tests start (and
+# ldapsearch to look into it). With them the root is about 890 MB, made in ~85 s.
+packages=slurmctld,slurmd,slurmrestd,slurm-client,slurm-wlm-jwt-plugin,procps,ca-certificates,slurmdbd,sackd,mariadb-server,sssd-ldap,libnss-sss,slapd,ldap-utils
 stamp="packages=$packages"
 
 if [ -f "$dir/.complete" ] && grep -qxF "$stamp" "$dir/.complete"; then

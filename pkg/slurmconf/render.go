@@ -252,6 +252,11 @@ func renderSlurmConf(c *slurmv1.SlurmCluster, o options) string {
 	line("")
 	line("AuthType=auth/slurm")
 	line("CredType=cred/slurm")
+	if usersFromDirectory(c) {
+		// Login pods resolve users through sssd; slurmctld and the workers do not. Their
+		// sackd, holding the key, vouches for each user's name and groups instead.
+		line("AuthInfo=use_client_ids")
+	}
 	line("AuthAltTypes=auth/jwt")
 	if len(o.jwks) > 0 {
 		line("AuthAltParameters=jwks=%s/%s,jwt_key=%s", ConfigDir, JWKSFile, JWTKeyPath)
@@ -402,4 +407,15 @@ func renderSlurmdbdConf(c *slurmv1.SlurmCluster) string {
 		line("%s", extra)
 	}
 	return b.String()
+}
+
+// usersFromDirectory: some LoginSet takes its users from a directory (sssd), which only the
+// login pods see.
+func usersFromDirectory(c *slurmv1.SlurmCluster) bool {
+	for _, set := range c.Spec.LoginSets {
+		if set.SSSDConfRef != nil {
+			return true
+		}
+	}
+	return false
 }

@@ -53,6 +53,18 @@ func TestRenderWithJWKS(t *testing.T) {
 	assert.NotEqual(t, plain.Hash(), files.Hash())
 }
 
+// Users from a directory (a LoginSet with sssd) are vouched for by the login pods' sackd:
+// slurmctld and the workers, without the directory, take the name and groups it sends.
+func TestRenderUsersFromDirectory(t *testing.T) {
+	plain, err := Render(cluster(slurmv1.SlurmClusterSpec{LoginSets: []slurmv1.LoginSetSpec{{Name: "users"}}}))
+	require.NoError(t, err)
+	assert.NotContains(t, plain[SlurmConfFile], "AuthInfo")
+	sssd := &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "sssd"}, Key: "sssd.conf"}
+	files, err := Render(cluster(slurmv1.SlurmClusterSpec{LoginSets: []slurmv1.LoginSetSpec{{Name: "users"}, {Name: "ldap", SSSDConfRef: sssd}}}))
+	require.NoError(t, err)
+	assert.Contains(t, files[SlurmConfFile], "\nCredType=cred/slurm\nAuthInfo=use_client_ids\n")
+}
+
 func TestRenderGolden(t *testing.T) {
 	for _, tc := range []struct {
 		name string

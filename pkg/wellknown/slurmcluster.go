@@ -27,6 +27,9 @@ const (
 	// holds what slurmdbd.conf cannot).
 	EventSlurmAccountingReady    = "SlurmAccountingReady"
 	EventSlurmAccountingNotReady = "SlurmAccountingNotReady"
+	// EventSlurmLoginNotReady (warning): a LoginSet's pods cannot start (the Secret of its
+	// sssd.conf is missing).
+	EventSlurmLoginNotReady = "SlurmLoginNotReady"
 	// EventSlurmConfigApplied: slurmctld runs a new configuration.
 	EventSlurmConfigApplied = "SlurmConfigApplied"
 	// EventSlurmConfigRejected (warning): slurmctld exited on a new configuration; it runs

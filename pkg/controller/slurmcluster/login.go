@@ -6,12 +6,14 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
 	"github.com/kubeslurm/kubeslurm/pkg/slurmconf"
+	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
 
 const (
@@ -20,12 +22,16 @@ const (
 
 	componentLogin = "login"
 	loginSetLabel  = "slurm.kubeslurm.io/loginset"
-	// sssdConfPath is where a LoginSet's sssd.conf is mounted, for an image that runs sssd.
+	// sssdConfPath is where a LoginSet's sssd.conf is mounted in its sssd container.
 	sssdConfPath = "/etc/sssd/sssd.conf"
 	// LoginSackdPort is where sackd listens for slurmctld's configuration updates: not
 	// slurmd's 6818 (sackd's default), so a login pod and a worker can share a host network
 	// (hostNetwork pods, or the local pod runner).
 	LoginSackdPort = 6828
+
+	ReasonLoginsRunning   = "Running"
+	ReasonLoginsWaiting   = "Waiting"
+	ReasonSSSDConfMissing = "SSSDConfigMissing"
 )
 
 // LoginName names a LoginSet's Deployment.
@@ -38,17 +44,14 @@ func LoginName(c *slurmv1.SlurmCluster, set string) string { return c.Name + "-l
 func loginDeployment(c *slurmv1.SlurmCluster, set *slurmv1.LoginSetSpec, d *appsv1.Deployment) {
 	labels := componentLabels(c, componentLogin)
 	labels[loginSetLabel] = set.Name
-	image, replicas := set.Image, set.Replicas
+	image := set.Image
 	if image == "" {
 		image = DefaultLoginImage
-	}
-	if replicas == nil {
-		replicas = ptr[int32](1)
 	}
 	_, addr := slurmconf.ControllerHost(c)
 	keySecret, key := SlurmKeySecret(c)
 	d.Labels = labels
-	d.Spec.Replicas = replicas
+	d.Spec.Replicas = ptr(ptrOr(set.Replicas, 1))
 	d.Spec.Selector = &metav1.LabelSelector{MatchLabels: labels}
 	d.Spec.Template.Labels = labels
 	d.Spec.Template.Spec = v1.PodSpec{
@@ -83,20 +86,56 @@ func loginDeployment(c *slurmv1.SlurmCluster, set *slurmv1.LoginSetSpec, d *apps
 			{Name: "etc", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
 		},
 	}
-	if ref := set.SSSDConfRef; ref != nil {
-		pod := &d.Spec.Template.Spec
-		pod.Volumes = append(pod.Volumes, v1.Volume{Name: "sssd", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{
-			SecretName: ref.Name, DefaultMode: ptr[int32](0o600), Items: []v1.KeyToPath{{Key: ref.Key, Path: "sssd.conf"}},
-		}}})
-		pod.Containers[0].VolumeMounts = append(pod.Containers[0].VolumeMounts,
-			v1.VolumeMount{Name: "sssd", MountPath: sssdConfPath, SubPath: "sssd.conf", ReadOnly: true})
+	if set.SSSDConfRef != nil {
+		addSSSD(&d.Spec.Template.Spec, set.SSSDConfRef)
 	}
 }
 
-// ensureLogins runs a Deployment per LoginSet once slurmctld runs, and deletes those of
-// LoginSets that are gone.
-func (r *Reconciler) ensureLogins(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus) error {
+// sssdDirs are sssd's state directories, each an emptyDir of the pod: its cache ("db"), and
+// the sockets and memory-mapped cache that the name service switch module (libnss-sss,
+// `passwd: files sss`) reads, which the login container mounts too. Per pod, so two login
+// pods on one host (the local pod runner) never share them.
+var sssdDirs = []struct{ volume, path string }{
+	{"sssd-pipes", "/var/lib/sss/pipes"},
+	{"sssd-mc", "/var/lib/sss/mc"},
+	{"sssd-db", "/var/lib/sss/db"},
+}
+
+// addSSSD gives a login pod the users of a directory: an sssd container (the login image
+// has it) with the LoginSet's sssd.conf, sharing its sockets with the login container, so
+// `id alice`, `runuser -u alice -- sbatch ...` and squeue's user names resolve there.
+// sackd sends each command's user name and groups with its credential (AuthInfo
+// use_client_ids, see slurmconf), so slurmctld and the workers need no directory of their own.
+func addSSSD(pod *v1.PodSpec, ref *v1.SecretKeySelector) {
+	pod.Volumes = append(pod.Volumes, v1.Volume{Name: "sssd", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{
+		// sssd refuses a configuration that is not root's and 0600.
+		SecretName: ref.Name, DefaultMode: ptr[int32](0o600), Items: []v1.KeyToPath{{Key: ref.Key, Path: "sssd.conf"}},
+	}}})
+	mounts := []v1.VolumeMount{{Name: "sssd", MountPath: sssdConfPath, SubPath: "sssd.conf", ReadOnly: true}}
+	for _, dir := range sssdDirs {
+		pod.Volumes = append(pod.Volumes, v1.Volume{Name: dir.volume, VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}})
+		mounts = append(mounts, v1.VolumeMount{Name: dir.volume, MountPath: dir.path})
+		if dir.volume != "sssd-db" {
+			pod.Containers[0].VolumeMounts = append(pod.Containers[0].VolumeMounts, v1.VolumeMount{Name: dir.volume, MountPath: dir.path})
+		}
+	}
+	login := pod.Containers[0]
+	pod.Containers = append(pod.Containers, v1.Container{
+		Name:  "sssd",
+		Image: login.Image,
+		// sssd makes its private socket directory only where its packaging did; the
+		// emptyDir starts empty.
+		Command:      []string{"/bin/sh", "-c", "mkdir -p -m 0700 /var/lib/sss/pipes/private && exec /usr/sbin/sssd --interactive --logger=stderr"},
+		VolumeMounts: mounts,
+	})
+}
+
+// ensureLogins runs a Deployment per LoginSet once slurmctld runs, deletes those of
+// LoginSets that are gone, and sets LoginsReady. It asks to be called again while a
+// LoginSet's sssd.conf Secret is missing (Secrets are not watched).
+func (r *Reconciler) ensureLogins(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus) (bool, error) {
 	want := map[string]bool{}
+	var deployments []*appsv1.Deployment
 	if keysReady(status) && status.ConfigMap != "" {
 		for i := range c.Spec.LoginSets {
 			set := &c.Spec.LoginSets[i]
@@ -106,20 +145,62 @@ func (r *Reconciler) ensureLogins(ctx context.Context, c *slurmv1.SlurmCluster, 
 				loginDeployment(c, set, d)
 				return controllerutil.SetControllerReference(c, d, r.Client.Scheme())
 			}); err != nil {
-				return fmt.Errorf("login Deployment %s: %w", d.Name, err)
+				return false, fmt.Errorf("login Deployment %s: %w", d.Name, err)
 			}
+			deployments = append(deployments, d)
 		}
 	}
 	list := &appsv1.DeploymentList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels(componentLabels(c, componentLogin))); err != nil {
-		return fmt.Errorf("listing login Deployments: %w", err)
+		return false, fmt.Errorf("listing login Deployments: %w", err)
 	}
 	for i := range list.Items {
 		if d := &list.Items[i]; !want[d.Name] && metav1.IsControlledBy(d, c) {
 			if err := r.deleteOwned(ctx, c, d); err != nil {
-				return err
+				return false, err
 			}
 		}
 	}
-	return nil
+	return r.loginsReady(ctx, c, status, deployments)
+}
+
+// loginsReady sets LoginsReady: False with the first LoginSet whose sssd.conf Secret is
+// missing (its pods wait for it, as a kubelet makes them), else whether every login pod
+// is ready. Absent without LoginSets.
+func (r *Reconciler) loginsReady(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus, deployments []*appsv1.Deployment) (bool, error) {
+	if len(c.Spec.LoginSets) == 0 {
+		meta.RemoveStatusCondition(&status.Conditions, slurmv1.ConditionLoginsReady)
+		return false, nil
+	}
+	for _, set := range c.Spec.LoginSets {
+		if set.SSSDConfRef == nil {
+			continue
+		}
+		exists, err := r.secretExists(ctx, c.Namespace, set.SSSDConfRef.Name)
+		if err != nil {
+			return false, err
+		}
+		if !exists {
+			msg := fmt.Sprintf("Secret %s of loginSets[%s].sssdConfRef does not exist: the LoginSet's pods wait for it", set.SSSDConfRef.Name, set.Name)
+			if setCondition(status, c.Generation, slurmv1.ConditionLoginsReady, metav1.ConditionFalse, ReasonSSSDConfMissing, msg) {
+				r.Recorder.Eventf(c, nil, v1.EventTypeWarning, wellknown.EventSlurmLoginNotReady, "RunLogins", "%s", msg)
+			}
+			return true, nil
+		}
+	}
+	var ready, desired int32
+	for _, d := range deployments {
+		ready += d.Status.ReadyReplicas
+	}
+	for _, set := range c.Spec.LoginSets {
+		desired += ptrOr(set.Replicas, 1)
+	}
+	if ready >= desired {
+		setCondition(status, c.Generation, slurmv1.ConditionLoginsReady, metav1.ConditionTrue, ReasonLoginsRunning,
+			fmt.Sprintf("%d/%d login pods ready", ready, desired))
+	} else {
+		setCondition(status, c.Generation, slurmv1.ConditionLoginsReady, metav1.ConditionFalse, ReasonLoginsWaiting,
+			fmt.Sprintf("%d/%d login pods ready", ready, desired))
+	}
+	return false, nil
 }

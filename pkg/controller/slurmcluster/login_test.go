@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -41,9 +42,34 @@ func TestLoginSetsFollowTheSpec(t *testing.T) {
 	ldap, err := get("slurm-login-ldap")
 	require.NoError(t, err)
 	assert.Equal(t, int32(2), *ldap.Spec.Replicas)
-	assert.Equal(t, "sssd", ldap.Spec.Template.Spec.Volumes[3].Secret.SecretName)
-	assert.Contains(t, ldap.Spec.Template.Spec.Containers[0].VolumeMounts,
-		v1.VolumeMount{Name: "sssd", MountPath: "/etc/sssd/sssd.conf", SubPath: "sssd.conf", ReadOnly: true})
+	// With sssdConfRef: an sssd container beside sackd, with the sssd.conf, sharing its
+	// sockets and memory cache (not its database) with the login container.
+	spec := ldap.Spec.Template.Spec
+	require.Len(t, spec.Containers, 2)
+	sssd := spec.Containers[1]
+	assert.Equal(t, "sssd", sssd.Name)
+	assert.Equal(t, DefaultLoginImage, sssd.Image)
+	assert.Equal(t, []string{"/bin/sh", "-c", "mkdir -p -m 0700 /var/lib/sss/pipes/private && exec /usr/sbin/sssd --interactive --logger=stderr"}, sssd.Command)
+	assert.Equal(t, []v1.VolumeMount{
+		{Name: "sssd", MountPath: "/etc/sssd/sssd.conf", SubPath: "sssd.conf", ReadOnly: true},
+		{Name: "sssd-pipes", MountPath: "/var/lib/sss/pipes"},
+		{Name: "sssd-mc", MountPath: "/var/lib/sss/mc"},
+		{Name: "sssd-db", MountPath: "/var/lib/sss/db"},
+	}, sssd.VolumeMounts)
+	assert.Equal(t, []v1.VolumeMount{
+		{Name: "sssd-pipes", MountPath: "/var/lib/sss/pipes"},
+		{Name: "sssd-mc", MountPath: "/var/lib/sss/mc"},
+	}, spec.Containers[0].VolumeMounts[3:])
+	volumes := map[string]v1.VolumeSource{}
+	for _, v := range spec.Volumes {
+		volumes[v.Name] = v.VolumeSource
+	}
+	assert.Equal(t, &v1.SecretVolumeSource{SecretName: "sssd", DefaultMode: ptr[int32](0o600), Items: []v1.KeyToPath{{Key: "conf", Path: "sssd.conf"}}},
+		volumes["sssd"].Secret)
+	for _, name := range []string{"sssd-pipes", "sssd-mc", "sssd-db"} {
+		assert.NotNil(t, volumes[name].EmptyDir, name)
+	}
+	assert.Len(t, users.Spec.Template.Spec.Containers, 1, "no sssd without sssdConfRef")
 
 	// A LoginSet removed from the spec loses its Deployment.
 	f.update(func(c *slurmv1.SlurmCluster) { c.Spec.LoginSets = c.Spec.LoginSets[:1] })
@@ -52,4 +78,43 @@ func TestLoginSetsFollowTheSpec(t *testing.T) {
 	assert.True(t, apierrors.IsNotFound(err), "%v", err)
 	_, err = get("slurm-login-users")
 	assert.NoError(t, err)
+}
+
+// LoginsReady tells a LoginSet whose sssd.conf Secret is missing (with a warning, looked
+// for again), then counts ready login pods; it goes with the LoginSets.
+func TestLoginsReadyCondition(t *testing.T) {
+	c := newCluster()
+	c.Spec.LoginSets = []slurmv1.LoginSetSpec{{Name: "ldap", Replicas: ptr[int32](2),
+		SSSDConfRef: &v1.SecretKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "sssd"}, Key: "conf"}}}
+	f := newFixture(t, c)
+	f.events()
+	assert.Equal(t, keyRetry, f.reconcileResult().RequeueAfter)
+	cond := condition(f.cluster(), slurmv1.ConditionLoginsReady)
+	assert.Equal(t, metav1.ConditionFalse, cond.Status)
+	assert.Equal(t, ReasonSSSDConfMissing, cond.Reason)
+	assert.Equal(t, "Secret sssd of loginSets[ldap].sssdConfRef does not exist: the LoginSet's pods wait for it", cond.Message)
+	assert.Contains(t, f.events(), "Warning SlurmLoginNotReady "+cond.Message)
+	d := &appsv1.Deployment{}
+	require.NoError(t, f.kube.Get(context.Background(), client.ObjectKey{Namespace: "hpc", Name: "slurm-login-ldap"}, d),
+		"the Deployment is made all the same: its pods start once the Secret exists")
+	f.reconcile()
+	assert.Empty(t, f.events(), "one warning")
+
+	require.NoError(t, f.kube.Create(context.Background(), &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "hpc", Name: "sssd"}}))
+	f.reconcile()
+	cond = condition(f.cluster(), slurmv1.ConditionLoginsReady)
+	assert.Equal(t, ReasonLoginsWaiting, cond.Reason)
+	assert.Equal(t, "0/2 login pods ready", cond.Message)
+
+	require.NoError(t, f.kube.Get(context.Background(), client.ObjectKeyFromObject(d), d))
+	d.Status.ReadyReplicas = 2
+	require.NoError(t, f.kube.Status().Update(context.Background(), d))
+	f.reconcile()
+	cond = condition(f.cluster(), slurmv1.ConditionLoginsReady)
+	assert.Equal(t, metav1.ConditionTrue, cond.Status)
+	assert.Equal(t, "2/2 login pods ready", cond.Message)
+
+	f.update(func(c *slurmv1.SlurmCluster) { c.Spec.LoginSets = nil })
+	f.reconcile()
+	assert.Nil(t, meta.FindStatusCondition(f.cluster().Status.Conditions, slurmv1.ConditionLoginsReady))
 }

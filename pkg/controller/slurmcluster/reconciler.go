@@ -172,8 +172,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.ensureRestAPI(ctx, c, status); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.ensureLogins(ctx, c, status); err != nil {
+	if poll, err := r.ensureLogins(ctx, c, status); err != nil {
 		return ctrl.Result{}, err
+	} else if poll {
+		requeueWithin(&result, keyRetry)
 	}
 	want, err := r.desiredWorkerList(ctx, c)
 	if err != nil {

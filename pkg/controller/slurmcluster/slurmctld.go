@@ -242,3 +242,11 @@ func keysReady(status *slurmv1.SlurmClusterStatus) bool {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// ptrOr is *p, or def when p is nil (an optional field's default).
+func ptrOr[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
+}

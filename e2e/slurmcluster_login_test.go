@@ -1,0 +1,193 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
+	"github.com/kubeslurm/kubeslurm/pkg/controller/slurmcluster"
+	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
+)
+
+// slapdScript runs inside the Slurm root (startRootDaemon): OpenLDAP's slapd (Debian's
+// package) on 127.0.0.1:$PORT, plain LDAP, read by anyone, its database on $DIR loaded from
+// $LDIF, in the foreground (-d) so that SIGTERM stops it.
+const slapdScript = `set -e
+mkdir "$DIR/db"
+cat >"$DIR/slapd.conf" <<CONF
+include /etc/ldap/schema/core.schema
+include /etc/ldap/schema/cosine.schema
+include /etc/ldap/schema/nis.schema
+include /etc/ldap/schema/inetorgperson.schema
+modulepath /usr/lib/ldap
+moduleload back_mdb
+pidfile $DIR/slapd.pid
+database mdb
+maxsize 16777216
+suffix "dc=kubeslurm,dc=test"
+directory $DIR/db
+access to * by * read
+CONF
+printf '%s\n' "$LDIF" >"$DIR/directory.ldif"
+slapadd -f "$DIR/slapd.conf" -l "$DIR/directory.ldif"
+exec slapd -f "$DIR/slapd.conf" -h "ldap://127.0.0.1:$PORT/" -d 0
+`
+
+// directoryLDIF is the test directory: user alice (uid 20001) in group hpc (gid 20000),
+// neither of them in the Slurm root's /etc/passwd or /etc/group.
+const directoryLDIF = `dn: dc=kubeslurm,dc=test
+objectClass: dcObject
+objectClass: organization
+o: kubeslurm
+dc: kubeslurm
+
+dn: ou=people,dc=kubeslurm,dc=test
+objectClass: organizationalUnit
+ou: people
+
+dn: ou=groups,dc=kubeslurm,dc=test
+objectClass: organizationalUnit
+ou: groups
+
+dn: uid=alice,ou=people,dc=kubeslurm,dc=test
+objectClass: inetOrgPerson
+objectClass: posixAccount
+uid: alice
+cn: Alice
+sn: Liddell
+uidNumber: 20001
+gidNumber: 20000
+homeDirectory: /tmp
+loginShell: /bin/sh
+
+dn: cn=hpc,ou=groups,dc=kubeslurm,dc=test
+objectClass: posixGroup
+cn: hpc
+gidNumber: 20000
+memberUid: alice`
+
+// execInPod runs command in a running container of a pod of the pod runner, as `kubectl
+// exec` would: in the container's mount and UTS namespaces and root (nsenter on its main
+// process, whose PID is its container ID), as root. It returns the combined output.
+func execInPod(t *testing.T, ns, pod, container string, command ...string) (string, error) {
+	t.Helper()
+	p, err := kube.CoreV1().Pods(ns).Get(context.Background(), pod, metav1.GetOptions{})
+	require.NoError(t, err)
+	for _, s := range p.Status.ContainerStatuses {
+		if s.Name != container || s.State.Running == nil {
+			continue
+		}
+		pid, ok := strings.CutPrefix(s.ContainerID, "podrunner://")
+		require.True(t, ok, "container %s of %s: ID %q", container, pod, s.ContainerID)
+		out, err := exec.Command("nsenter", append([]string{"--target", pid, "--mount", "--uts", "--root", "--wd", "--"}, command...)...).CombinedOutput()
+		return string(out), err
+	}
+	return "", fmt.Errorf("container %s of pod %s is not running", container, pod)
+}
+
+// Issue 5, login pods: with a LoginSet's sssdConfRef, the login pod runs sssd with that
+// configuration, so the users of a directory (OpenLDAP's slapd here, started by the test)
+// exist in it; one of them submits a job there, and it runs under the directory's uid and
+// gid on a worker that has no directory of its own.
+func TestSlurmClusterLoginSSSD(t *testing.T) {
+	ctx := context.Background()
+	startPodRunner(t)
+	ns := namespace(t)
+	startRootDaemon(t, "slapd", 3389, slapdScript, "LDIF="+directoryLDIF)
+	applyExample(t, ns, "slurmcluster-login-sssd.yaml")
+	t.Cleanup(func() {
+		if t.Failed() {
+			logDaemons(t, ns, "sssd", "login", "slurmctld", "slurmd")
+		}
+	})
+	c := waitSlurmClusterReady(t, ns, runnerNode)
+
+	var login string
+	eventually(t, 90*time.Second, "the login pod ready", func() bool {
+		pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "slurm.kubeslurm.io/loginset=users"})
+		if err != nil || len(pods.Items) != 1 || pods.Items[0].Status.ContainerStatuses == nil {
+			return false
+		}
+		login = pods.Items[0].Name
+		for _, s := range pods.Items[0].Status.ContainerStatuses {
+			if !s.Ready {
+				return false
+			}
+		}
+		return true
+	})
+	kc := slurmClient(t)
+	key := client.ObjectKey{Namespace: ns, Name: "slurm"}
+	loginsReady := func(reason, message string) func() bool {
+		return func() bool {
+			cond := meta.FindStatusCondition(c.Status.Conditions, slurmv1.ConditionLoginsReady)
+			return kc.Get(ctx, key, c) == nil && cond != nil && cond.Reason == reason && cond.Message == message
+		}
+	}
+	eventually(t, 60*time.Second, "LoginsReady: 1/1 login pods ready", loginsReady(slurmcluster.ReasonLoginsRunning, "1/1 login pods ready"))
+	inLogin := func(command ...string) (string, error) { return execInPod(t, ns, login, "login", command...) }
+
+	// sssd answers for the directory's user (it may still be going online at first).
+	var out string
+	eventually(t, 60*time.Second, "getent passwd alice in the login pod", func() bool {
+		out, _ = inLogin("/usr/bin/getent", "passwd", "alice")
+		return strings.HasPrefix(out, "alice:*:20001:20000:")
+	})
+	out, err := inLogin("/usr/bin/id", "alice")
+	require.NoError(t, err, out)
+	assert.Equal(t, "uid=20001(alice) gid=20000(hpc) groups=20000(hpc)", strings.TrimSpace(out))
+	out, err = inLogin("/usr/bin/getent", "passwd", "bob")
+	assert.Error(t, err, "a user the directory does not have: %s", out)
+
+	// alice's job checks, on the worker, that it runs as her uid and group.
+	out, err = inLogin("/usr/sbin/runuser", "-u", "alice", "--", "/usr/bin/sbatch", "--chdir", "/tmp", "--output", "/dev/null",
+		"--wrap", `test "$(id -u)" = 20001 && test "$(id -g)" = 20000`)
+	require.NoError(t, err, out)
+	m := regexp.MustCompile(`Submitted batch job (\d+)`).FindStringSubmatch(out)
+	require.NotNil(t, m, out)
+	id, _ := strconv.Atoi(m[1])
+	var show string
+	eventually(t, 90*time.Second, "job "+m[1]+" COMPLETED", func() bool {
+		show, _ = slurmCommand(t, c, "/usr/bin/scontrol", "show", "job", "-o", m[1])
+		return regexpField(show, "JobState") == "COMPLETED" || regexpField(show, "JobState") == "FAILED"
+	})
+	assert.Equal(t, "COMPLETED", regexpField(show, "JobState"), show)
+	// Outside the login pod the ids have no names; inside, scontrol names them.
+	assert.Equal(t, "20001(20001)", regexpField(show, "UserId"), show)
+	show, err = inLogin("/usr/bin/scontrol", "show", "job", "-o", m[1])
+	require.NoError(t, err, show)
+	assert.Equal(t, "alice(20001)", regexpField(show, "UserId"), show)
+	assert.Equal(t, "hpc(20000)", regexpField(show, "GroupId"), show)
+
+	// squeue, in the login pod, names her jobs' user.
+	out, err = inLogin("/usr/sbin/runuser", "-u", "alice", "--", "/usr/bin/squeue", "-h", "-t", "all", "-j", strconv.Itoa(id), "-o", "%u %i")
+	require.NoError(t, err, out)
+	assert.Equal(t, fmt.Sprintf("alice %d", id), strings.TrimSpace(out))
+
+	// A LoginSet whose sssd.conf Secret does not exist is named in LoginsReady, with a
+	// warning event; without it, the condition is back.
+	updateCluster(t, kc, key, c, func(c *slurmv1.SlurmCluster) {
+		c.Spec.LoginSets = append(c.Spec.LoginSets, slurmv1.LoginSetSpec{Name: "lab", SSSDConfRef: &v1.SecretKeySelector{
+			LocalObjectReference: v1.LocalObjectReference{Name: "lab-sssd"}, Key: "sssd.conf"}})
+	})
+	missing := "Secret lab-sssd of loginSets[lab].sssdConfRef does not exist: the LoginSet's pods wait for it"
+	eventually(t, 60*time.Second, "LoginsReady: "+missing, loginsReady(slurmcluster.ReasonSSSDConfMissing, missing))
+	eventually(t, 30*time.Second, "event SlurmLoginNotReady", func() bool {
+		return strings.Contains(namedClusterEvents(t, ns, "slurm", wellknown.EventSlurmLoginNotReady), missing)
+	})
+	updateCluster(t, kc, key, c, func(c *slurmv1.SlurmCluster) { c.Spec.LoginSets = c.Spec.LoginSets[:1] })
+	eventually(t, 60*time.Second, "LoginsReady: 1/1 login pods ready again", loginsReady(slurmcluster.ReasonLoginsRunning, "1/1 login pods ready"))
+}
