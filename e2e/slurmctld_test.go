@@ -485,3 +485,31 @@ func TestSlurmClusterPrunesLostWorker(t *testing.T) {
 	out, _ = slurmCommand(t, c, "/usr/bin/scontrol", "show", "node", runnerNode)
 	assert.Contains(t, out, "not found")
 }
+
+// Deleting a SlurmCluster's namespace (not the cluster first) takes slurmctld with the
+// workers, so a worker running a job could never drain and would hold the namespace for
+// its drainSeconds (an hour by default). The controller cuts the workers' grace instead:
+// the namespace goes within a minute or two, job and all.
+func TestSlurmClusterNamespaceDeleted(t *testing.T) {
+	ctx := context.Background()
+	startPodRunner(t)
+	ns := namespace(t)
+	nodeKubectl(t, "apply", "-n", ns, "-f", filepath.Join(repoRoot, "examples", "slurmcluster-local.yaml"))
+	c := waitSlurmClusterReady(t, ns, runnerNode)
+	out, ok := slurmCommand(t, c, "/usr/bin/sbatch", "--chdir", "/tmp", "--output", "/dev/null", "--wrap", "sleep 600")
+	require.True(t, ok, out)
+	id := regexp.MustCompile(`Submitted batch job (\d+)`).FindStringSubmatch(out)
+	require.NotNil(t, id, out)
+	eventually(t, 60*time.Second, "job "+id[1]+" running", func() bool {
+		out, _ := slurmCommand(t, c, "/usr/bin/scontrol", "show", "job", "-o", id[1])
+		return regexpField(out, "JobState") == "RUNNING"
+	})
+
+	deleted := time.Now()
+	require.NoError(t, kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}))
+	eventually(t, 150*time.Second, "namespace "+ns+" gone", func() bool {
+		_, err := kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	t.Logf("namespace gone %s after its deletion", time.Since(deleted).Round(time.Second))
+}

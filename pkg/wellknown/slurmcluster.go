@@ -9,6 +9,9 @@ const (
 	// SlurmConfigHashAnnotation on the rendered ConfigMap is the hash of its files: pods
 	// that mount it will carry it too, so a change reaches them.
 	SlurmConfigHashAnnotation = "slurm.kubeslurm.io/config-hash"
+	// WorkersStoppedAnnotationPrefix + a SlurmCluster's name: on a namespace being
+	// deleted, when kubeslurm stopped that cluster's workers (their pods are gone).
+	WorkersStoppedAnnotationPrefix = "workers-stopped.slurm.kubeslurm.io/"
 
 	// Events on a SlurmCluster.
 	EventSlurmConfigUpdated = "SlurmConfigUpdated"

@@ -195,6 +195,7 @@ func (r *runner) sync(ctx context.Context, key string) error {
 		return nil
 	case pod.DeletionTimestamp != nil:
 		if pr != nil {
+			pr.deleted(pod)
 			if !pr.stop() {
 				r.queue.AddAfter(key, stopPoll)
 				return nil

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -34,6 +35,10 @@ type podRun struct {
 	dir    string
 	cancel context.CancelFunc
 	done   chan struct{}
+
+	// grace is the deletion's grace period once the pod is deleted (nanoseconds, -1
+	// before): a delete with a shorter one, as a kubelet honours, shortens the wait.
+	grace atomic.Int64
 
 	prepared   bool
 	startedAt  metav1.Time
@@ -62,6 +67,7 @@ func startPodRun(ctx context.Context, r *runner, pod *v1.Pod) *podRun {
 	ctx, cancel := context.WithCancel(ctx)
 	pr := &podRun{r: r, pod: pod.DeepCopy(), uid: pod.UID, done: make(chan struct{}), cancel: cancel,
 		dir: filepath.Join(r.stateDir, "pods", string(pod.UID))}
+	pr.grace.Store(-1)
 	for _, c := range pod.Spec.Containers {
 		pr.containers = append(pr.containers, &container{spec: c,
 			waiting: &v1.ContainerStateWaiting{Reason: "ContainerCreating"}})
@@ -476,28 +482,60 @@ func portOf(c *v1.Container, p intstr.IntOrString) (int, error) {
 // PID 1), SIGKILL to everything of the container after the grace period, or once the main
 // process has exited (a container's leftovers die with it).
 func (pr *podRun) killAll() {
-	grace := 30 * time.Second
-	if g := pr.pod.Spec.TerminationGracePeriodSeconds; g != nil {
-		grace = time.Duration(*g) * time.Second
-	}
 	for _, c := range pr.containers {
 		if c.proc != nil {
 			_ = c.proc.Process.Signal(syscall.SIGTERM)
 		}
 	}
-	deadline := time.After(grace)
+	start := time.Now()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
 	for _, c := range pr.containers {
 		if c.proc == nil {
 			continue
 		}
-		select {
-		case <-c.exited:
-			_ = syscall.Kill(-c.proc.Process.Pid, syscall.SIGKILL)
-		case <-deadline:
-			_ = syscall.Kill(-c.proc.Process.Pid, syscall.SIGKILL)
-			<-c.exited
+	wait:
+		for {
+			select {
+			case <-c.exited:
+				break wait
+			case <-tick.C:
+				if time.Since(start) >= pr.gracePeriod() {
+					break wait
+				}
+			}
 		}
+		// The rest of its process group too (and the container itself past the grace).
+		_ = syscall.Kill(-c.proc.Process.Pid, syscall.SIGKILL)
+		<-c.exited
 		klog.InfoS("container stopped", "pod", klog.KObj(pr.pod), "container", c.spec.Name)
+	}
+}
+
+// gracePeriod is how long the containers have between SIGTERM and SIGKILL: the pod's
+// deletion grace period when it has been deleted (a later delete may shorten it), else its
+// terminationGracePeriodSeconds (default 30 s).
+func (pr *podRun) gracePeriod() time.Duration {
+	if g := pr.grace.Load(); g >= 0 {
+		return time.Duration(g)
+	}
+	if g := pr.pod.Spec.TerminationGracePeriodSeconds; g != nil {
+		return time.Duration(*g) * time.Second
+	}
+	return 30 * time.Second
+}
+
+// deleted records the grace period of the pod's deletion, keeping the shortest seen.
+func (pr *podRun) deleted(pod *v1.Pod) {
+	if pod.DeletionGracePeriodSeconds == nil {
+		return
+	}
+	g := int64(time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second)
+	for {
+		old := pr.grace.Load()
+		if old >= 0 && old <= g || pr.grace.CompareAndSwap(old, g) {
+			return
+		}
 	}
 }
 

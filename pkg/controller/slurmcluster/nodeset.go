@@ -365,9 +365,30 @@ func (r *Reconciler) teardown(ctx context.Context, c *slurmv1.SlurmCluster) (ctr
 	if !controllerutil.ContainsFinalizer(c, WorkersFinalizer) {
 		return ctrl.Result{}, nil
 	}
-	pods, err := r.listWorkerPods(ctx, c)
+	nsGoing, err := r.namespaceTerminating(ctx, c.Namespace)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	var grace *int64
+	if nsGoing {
+		grace = ptr[int64](drainlessGrace)
+	}
+	left, err := r.stopWorkers(ctx, c, grace)
+	if err != nil || left > 0 {
+		// Pods are watched; this is in case a drain takes long.
+		return ctrl.Result{RequeueAfter: 10 * time.Second}, err
+	}
+	controllerutil.RemoveFinalizer(c, WorkersFinalizer)
+	return ctrl.Result{}, r.Client.Update(ctx, c)
+}
+
+// stopWorkers deletes the cluster's worker pods, with grace as their grace period (nil:
+// their own, drainSeconds), also over a deletion already asked with a longer one, and
+// returns how many are left.
+func (r *Reconciler) stopWorkers(ctx context.Context, c *slurmv1.SlurmCluster, grace *int64) (int, error) {
+	pods, err := r.listWorkerPods(ctx, c)
+	if err != nil {
+		return 0, err
 	}
 	left := 0
 	for i := range pods.Items {
@@ -376,18 +397,58 @@ func (r *Reconciler) teardown(ctx context.Context, c *slurmv1.SlurmCluster) (ctr
 			continue
 		}
 		left++
-		if p.DeletionTimestamp == nil {
-			if err := r.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {
-				return ctrl.Result{}, fmt.Errorf("deleting worker pod %s: %w", p.Name, err)
-			}
+		opts := []client.DeleteOption{client.Preconditions{UID: &p.UID}}
+		switch {
+		case grace != nil && (p.DeletionGracePeriodSeconds == nil || *p.DeletionGracePeriodSeconds > *grace):
+			opts = append(opts, client.GracePeriodSeconds(*grace))
+		case p.DeletionTimestamp != nil:
+			continue
+		}
+		if err := r.Client.Delete(ctx, p, opts...); client.IgnoreNotFound(err) != nil {
+			return left, fmt.Errorf("deleting worker pod %s: %w", p.Name, err)
 		}
 	}
-	if left > 0 {
-		// Pods are watched; this is in case a drain takes long.
-		return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
+	return left, nil
+}
+
+// drainlessGrace is a worker's grace period when its namespace is being deleted: long
+// enough for slurmd to stop on SIGTERM, with no drain to wait for.
+const drainlessGrace = 5
+
+// namespaceTerminating: ns is being deleted. A namespace that cannot be read is not taken
+// as going (fail closed: the workers keep their grace to drain).
+func (r *Reconciler) namespaceTerminating(ctx context.Context, name string) (bool, error) {
+	ns := &v1.Namespace{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
+		return false, client.IgnoreNotFound(err)
 	}
-	controllerutil.RemoveFinalizer(c, WorkersFinalizer)
-	return ctrl.Result{}, r.Client.Update(ctx, c)
+	return ns.DeletionTimestamp != nil, nil
+}
+
+// stopForNamespace handles a cluster whose namespace is being deleted. Kubernetes deletes a
+// namespace's pods first, each with its grace period, and the rest once they are gone; but
+// slurmctld's pod goes at once, so the workers could never drain and each would wait out
+// its drainSeconds. So they are stopped within drainlessGrace, jobs and all (the whole
+// cluster is going), and nothing is made anew. The namespace controller, having seen those
+// pods' long grace periods, would only look again after half of it (30 min by default): the
+// annotation written once they are gone (its change wakes the namespace controller) tells
+// it to look now.
+func (r *Reconciler) stopForNamespace(ctx context.Context, c *slurmv1.SlurmCluster) (ctrl.Result, error) {
+	left, err := r.stopWorkers(ctx, c, ptr[int64](drainlessGrace))
+	if err != nil || left > 0 {
+		return ctrl.Result{RequeueAfter: 2 * time.Second}, err
+	}
+	ns := &v1.Namespace{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: c.Namespace}, ns); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	key := wellknown.WorkersStoppedAnnotationPrefix + c.Name
+	if _, done := ns.Annotations[key]; done {
+		return ctrl.Result{}, nil
+	}
+	patch := client.MergeFrom(ns.DeepCopy())
+	metav1.SetMetaDataAnnotation(&ns.ObjectMeta, key, time.Now().UTC().Format(time.RFC3339))
+	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, ns, patch))
 }
 
 // BusyWorkersPDB names the cluster's PodDisruptionBudget of busy workers.

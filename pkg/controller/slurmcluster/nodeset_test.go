@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
+	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
 
 func (f *fixture) workers() map[string]*v1.Pod {
@@ -288,4 +290,105 @@ func TestTeardownWorkersFirst(t *testing.T) {
 	f.reconcile()
 	err := f.kube.Get(context.Background(), client.ObjectKey{Namespace: "hpc", Name: "slurm"}, &slurmv1.SlurmCluster{})
 	assert.True(t, apierrors.IsNotFound(err), "gone once its workers are: %v", err)
+}
+
+// graceRecorder records the grace period of each pod delete (nil: the pod's own).
+type graceRecorder struct {
+	client.Client
+	graces map[string]*int64
+}
+
+func (g *graceRecorder) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
+	o := &client.DeleteOptions{}
+	o.ApplyOptions(opts)
+	g.graces[obj.GetName()] = o.GracePeriodSeconds
+	return g.Client.Delete(ctx, obj, opts...)
+}
+
+// twoWorkersDraining is a fixture of a running cluster with two workers whose pods take
+// their time to go (a finalizer, as a worker draining), in namespace ns.
+func twoWorkersDraining(t *testing.T, ns *v1.Namespace) *fixture {
+	c := newCluster()
+	c.Spec.NodeSets = []slurmv1.NodeSetSpec{{Name: "r", Mode: slurmv1.NodeSetReplicas, Replicas: ptr[int32](2)}}
+	c.Spec.Partitions = nil
+	f := newFixture(t, c, ns)
+	f.reconcile()
+	f.controllerUp()
+	f.reconcile()
+	require.Len(t, f.workers(), 2)
+	for _, p := range f.workers() {
+		p.Finalizers = []string{"test/draining"}
+		require.NoError(t, f.kube.Update(context.Background(), p))
+	}
+	return f
+}
+
+// A cluster deleted alone leaves its workers their drain grace; deleted with its
+// namespace, they get a few seconds (slurmctld goes with them, so they could not drain).
+func TestTeardownInTerminatingNamespace(t *testing.T) {
+	for _, nsGoing := range []bool{false, true} {
+		t.Run(fmt.Sprintf("namespace going %v", nsGoing), func(t *testing.T) {
+			ns := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hpc", Finalizers: []string{"test/content"}}}
+			f := twoWorkersDraining(t, ns)
+			if nsGoing {
+				require.NoError(t, f.kube.Delete(context.Background(), ns))
+			}
+			require.NoError(t, f.kube.Delete(context.Background(), f.cluster()))
+			rec := &graceRecorder{Client: f.kube, graces: map[string]*int64{}}
+			f.r.Client = rec
+			f.reconcile()
+			require.Len(t, rec.graces, 2)
+			for name, grace := range rec.graces {
+				if nsGoing {
+					assert.Equal(t, ptr[int64](drainlessGrace), grace, name)
+				} else {
+					assert.Nil(t, grace, "%s keeps its drain grace", name)
+				}
+			}
+		})
+	}
+}
+
+// While its namespace is being deleted (the cluster itself not yet: Kubernetes deletes
+// pods first), a cluster's workers are deleted with a few seconds' grace, over the
+// namespace controller's deletion with their drainSeconds; nothing is made anew; once they
+// are gone, the namespace gets an annotation saying so (once).
+func TestWorkersStoppedWhenNamespaceGoes(t *testing.T) {
+	ns := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hpc", Finalizers: []string{"test/content"}}}
+	f := twoWorkersDraining(t, ns)
+	require.NoError(t, f.kube.Delete(context.Background(), ns))
+	// The namespace controller deletes the pods with their own grace.
+	for _, p := range f.workers() {
+		require.NoError(t, f.kube.Delete(context.Background(), p))
+	}
+	require.NoError(t, f.kube.Delete(context.Background(), f.configMap()))
+	rec := &graceRecorder{Client: f.kube, graces: map[string]*int64{}}
+	f.r.Client = rec
+	f.reconcile()
+	require.Len(t, rec.graces, 2)
+	for name, grace := range rec.graces {
+		assert.Equal(t, ptr[int64](drainlessGrace), grace, name)
+	}
+	err := f.kube.Get(context.Background(), client.ObjectKey{Namespace: "hpc", Name: ConfigMapName(f.cluster())}, &v1.ConfigMap{})
+	assert.True(t, apierrors.IsNotFound(err), "no ConfigMap made in a namespace being deleted: %v", err)
+	key := wellknown.WorkersStoppedAnnotationPrefix + "slurm"
+	namespace := func() *v1.Namespace {
+		got := &v1.Namespace{}
+		require.NoError(t, f.kube.Get(context.Background(), client.ObjectKey{Name: "hpc"}, got))
+		return got
+	}
+	assert.NotContains(t, namespace().Annotations, key, "workers still there")
+
+	for _, p := range f.workers() {
+		p.Finalizers = nil
+		require.NoError(t, f.kube.Update(context.Background(), p))
+	}
+	require.Empty(t, f.workers())
+	f.reconcile()
+	stopped := namespace().Annotations[key]
+	_, err = time.Parse(time.RFC3339, stopped)
+	assert.NoError(t, err, "annotation %s=%q", key, stopped)
+	rv := namespace().ResourceVersion
+	f.reconcile()
+	assert.Equal(t, rv, namespace().ResourceVersion, "written once")
 }

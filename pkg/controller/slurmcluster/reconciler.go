@@ -136,6 +136,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if c.DeletionTimestamp != nil {
 		return r.teardown(ctx, c)
 	}
+	if nsGoing, err := r.namespaceTerminating(ctx, c.Namespace); err != nil {
+		return ctrl.Result{}, err
+	} else if nsGoing {
+		return r.stopForNamespace(ctx, c)
+	}
 	if controllerutil.AddFinalizer(c, WorkersFinalizer) {
 		if err := r.Client.Update(ctx, c); err != nil {
 			return ctrl.Result{}, err
