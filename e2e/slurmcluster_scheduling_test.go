@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -243,4 +244,73 @@ func TestPodGroupOnSlurmCluster(t *testing.T) {
 	eventually(t, 60*time.Second, "job "+strconv.Itoa(int(id))+" cancelled", func() bool {
 		return strings.HasPrefix(clusterJobState(t, c, id), "CANCELLED ")
 	})
+}
+
+// clusterSinfoNode is node's compact state and reason in the cluster's Slurm.
+func clusterSinfoNode(t *testing.T, c *slurmv1.SlurmCluster, node string) (state, reason string) {
+	t.Helper()
+	out, ok := slurmCommand(t, c, "/usr/bin/sinfo", "-h", "-N", "-n", node, "-o", "%t|%E")
+	require.True(t, ok, out)
+	// The output is the pod's log: the pod runner's header line, then sinfo's.
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	state, reason, _ = strings.Cut(lines[len(lines)-1], "|")
+	return state, reason
+}
+
+// Issue 5, the controller's two-way sync on a Slurm our controller deployed: the release of
+// the SlurmCluster's Slurm drains the worker's Slurm node when its Kubernetes node is
+// cordoned and undrains it on uncordon; an admin's drain in that Slurm taints the
+// Kubernetes node and shows as its condition, until resumed; a placeholder job cancelled in
+// that Slurm ends its pod with the reason. The local release, whose Slurm has no such
+// node, leaves the node alone.
+func TestNodeAndJobSyncOnSlurmCluster(t *testing.T) {
+	ctx := context.Background()
+	startPodRunner(t)
+	ns := namespace(t)
+	c := waitSlurmClusterUp(t, ns)
+	installClusterRelease(t, ns, c)
+	t.Cleanup(func() {
+		_, err := kube.CoreV1().Nodes().Patch(ctx, runnerNode, types.MergePatchType, []byte(`{"spec":{"unschedulable":null}}`), metav1.PatchOptions{})
+		assert.NoError(t, err)
+		if state, _ := clusterSinfoNode(t, c, runnerNode); strings.HasPrefix(state, "drain") {
+			slurmCommand(t, c, "/usr/bin/scontrol", "update", "nodename="+runnerNode, "state=resume")
+		}
+		eventually(t, 30*time.Second, "no taint of ours on "+runnerNode, func() bool { return !hasSlurmTaint(getNode(t, runnerNode)) })
+	})
+
+	cordoned := wellknown.ReasonPrefix + "node " + runnerNode + " cordoned in Kubernetes"
+	nodeKubectl(t, "cordon", runnerNode)
+	eventually(t, 30*time.Second, "the cluster's Slurm drains "+runnerNode+" for the cordon", func() bool {
+		state, reason := clusterSinfoNode(t, c, runnerNode)
+		return strings.HasPrefix(state, "drain") && reason == cordoned
+	})
+	nodeKubectl(t, "uncordon", runnerNode)
+	eventually(t, 30*time.Second, runnerNode+" undrained in the cluster's Slurm", func() bool {
+		state, _ := clusterSinfoNode(t, c, runnerNode)
+		return state == "idle"
+	})
+
+	out, ok := slurmCommand(t, c, "/usr/bin/scontrol", "update", "nodename="+runnerNode, "state=drain", "reason=hw")
+	require.True(t, ok, out)
+	eventually(t, 30*time.Second, "taint and SlurmNodeDrained=hw on "+runnerNode, func() bool {
+		n := getNode(t, runnerNode)
+		return hasSlurmTaint(n) && slurmConditionTypes(n)[wellknown.SlurmNodeDrainedCondition] == "hw"
+	})
+	out, ok = slurmCommand(t, c, "/usr/bin/scontrol", "update", "nodename="+runnerNode, "state=resume")
+	require.True(t, ok, out)
+	eventually(t, 30*time.Second, "taint and SlurmNodeDrained gone after resume", func() bool {
+		n := getNode(t, runnerNode)
+		_, drained := slurmConditionTypes(n)[wellknown.SlurmNodeDrainedCondition]
+		return !hasSlurmTaint(n) && !drained
+	})
+
+	p := createPod(t, ns, "scancelled", onCluster)
+	p = waitBound(t, ns, p.Name, 60*time.Second)
+	id := jobIDOf(t, p)
+	out, ok = slurmCommand(t, c, "/usr/bin/scancel", strconv.Itoa(int(id)))
+	require.True(t, ok, out)
+	waitGone(t, ns, p.Name, 60*time.Second)
+	ev := podEvents(t, p)
+	assert.Contains(t, ev, wellknown.EventSlurmJobCancelled)
+	assert.Contains(t, ev, "CANCELLED")
 }
