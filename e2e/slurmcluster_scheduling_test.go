@@ -185,6 +185,28 @@ func TestSchedulerOnSlurmCluster(t *testing.T) {
 	}
 }
 
+// createLocalCluster creates, in ns, the SlurmCluster of examples/slurmcluster-local.yaml
+// changed by mutate, and deletes it at the end (waiting until it is gone).
+func createLocalCluster(t *testing.T, ns string, mutate func(*slurmv1.SlurmCluster)) *slurmv1.SlurmCluster {
+	t.Helper()
+	ctx := context.Background()
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "examples", "slurmcluster-local.yaml"))
+	require.NoError(t, err)
+	c := &slurmv1.SlurmCluster{}
+	require.NoError(t, yaml.UnmarshalStrict(raw, c))
+	c.Namespace = ns
+	mutate(c)
+	kc := slurmClient(t)
+	require.NoError(t, kc.Create(ctx, c))
+	t.Cleanup(func() {
+		require.NoError(t, client.IgnoreNotFound(kc.Delete(ctx, c)))
+		eventually(t, 120*time.Second, "SlurmCluster "+ns+"/slurm gone", func() bool {
+			return apierrors.IsNotFound(kc.Get(ctx, client.ObjectKeyFromObject(c), &slurmv1.SlurmCluster{}))
+		})
+	})
+	return c
+}
+
 // runnerNode2 is a second pod runner's node, for a SlurmCluster of two workers.
 const runnerNode2 = runnerNode + "-2"
 
@@ -197,23 +219,12 @@ func TestPodGroupOnSlurmCluster(t *testing.T) {
 	startPodRunner(t)
 	startPodRunnerOn(t, runnerNode2, "podrunner-2", false)
 	ns := namespace(t)
-	// The local example, with one NodeSet per runner's node.
-	raw, err := os.ReadFile(filepath.Join(repoRoot, "examples", "slurmcluster-local.yaml"))
-	require.NoError(t, err)
-	c := &slurmv1.SlurmCluster{}
-	require.NoError(t, yaml.UnmarshalStrict(raw, c))
-	c.Namespace = ns
-	c.Spec.NodeSets[0].NodeSelector = map[string]string{v1.LabelHostname: runnerNode}
-	c.Spec.NodeSets = append(c.Spec.NodeSets, slurmv1.NodeSetSpec{Name: "runner2", Port: ptrTo[int32](6838),
-		NodeSelector: map[string]string{v1.LabelHostname: runnerNode2}, Features: []string{"local"}})
-	c.Spec.Partitions[0].NodeSets = []string{"runner", "runner2"}
-	kc := slurmClient(t)
-	require.NoError(t, kc.Create(ctx, c))
-	t.Cleanup(func() {
-		require.NoError(t, client.IgnoreNotFound(kc.Delete(ctx, c)))
-		eventually(t, 120*time.Second, "SlurmCluster "+ns+"/slurm gone", func() bool {
-			return apierrors.IsNotFound(kc.Get(ctx, client.ObjectKeyFromObject(c), &slurmv1.SlurmCluster{}))
-		})
+	c := createLocalCluster(t, ns, func(c *slurmv1.SlurmCluster) {
+		// One NodeSet per runner's node.
+		c.Spec.NodeSets[0].NodeSelector = map[string]string{v1.LabelHostname: runnerNode}
+		c.Spec.NodeSets = append(c.Spec.NodeSets, slurmv1.NodeSetSpec{Name: "runner2", Port: ptrTo[int32](6838),
+			NodeSelector: map[string]string{v1.LabelHostname: runnerNode2}, Features: []string{"local"}})
+		c.Spec.Partitions[0].NodeSets = []string{"runner", "runner2"}
 	})
 	c = waitSlurmClusterReady(t, ns, runnerNode, runnerNode2)
 	installClusterRelease(t, ns, c)
@@ -313,4 +324,34 @@ func TestNodeAndJobSyncOnSlurmCluster(t *testing.T) {
 	ev := podEvents(t, p)
 	assert.Contains(t, ev, wellknown.EventSlurmJobCancelled)
 	assert.Contains(t, ev, "CANCELLED")
+}
+
+// Issue 5, preemption on a Slurm our controller deployed: a SlurmCluster with two partition
+// tiers and partition_prio preemption (spec.partitions[].priorityTier, extraConfig); a job
+// submitted to the higher tier cancels the placeholder job holding the worker's node, and
+// the release ends that pod with the reason.
+func TestPreemptionOnSlurmCluster(t *testing.T) {
+	startPodRunner(t)
+	ns := namespace(t)
+	c := createLocalCluster(t, ns, func(c *slurmv1.SlurmCluster) {
+		c.Spec.ExtraConfig = "PreemptType=preempt/partition_prio\nPreemptMode=CANCEL\n"
+		c.Spec.Partitions[0].PriorityTier = ptrTo[int32](1)
+		c.Spec.Partitions = append(c.Spec.Partitions, slurmv1.PartitionSpec{Name: "urgent", NodeSets: []string{"runner"}, PriorityTier: ptrTo[int32](2)})
+	})
+	c = waitSlurmClusterReady(t, ns, runnerNode)
+	installClusterRelease(t, ns, c)
+	// Before the cluster goes (its worker drains, waiting for its jobs): no job left.
+	t.Cleanup(func() { slurmCommand(t, c, "/usr/bin/scancel", "--user=slurm") })
+
+	victim := createPod(t, ns, "victim", onCluster)
+	victim = waitBound(t, ns, victim.Name, 60*time.Second)
+	id := jobIDOf(t, victim)
+	out, ok := slurmCommand(t, c, "/usr/bin/sbatch", "--partition", "urgent", "--exclusive", "--chdir", "/tmp", "--output", "/dev/null",
+		"--job-name", ns+"/urgent", "--wrap", "sleep 300")
+	require.True(t, ok, out)
+	waitGone(t, ns, victim.Name, 60*time.Second)
+	assert.True(t, strings.HasPrefix(clusterJobState(t, c, id), "PREEMPTED "), clusterJobState(t, c, id))
+	ev := podEvents(t, victim)
+	assert.Contains(t, ev, wellknown.EventSlurmJobPreempted)
+	assert.Contains(t, ev, "PREEMPTED")
 }
