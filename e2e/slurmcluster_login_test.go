@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -138,15 +139,20 @@ func TestSlurmClusterLoginSSSD(t *testing.T) {
 		}
 	}
 	eventually(t, 60*time.Second, "LoginsReady: 1/1 login pods ready", loginsReady(slurmcluster.ReasonLoginsRunning, "1/1 login pods ready"))
+	// `kubectl get slurmcluster -o wide` prints it in LOGINS.
+	out, err := runCmd(filepath.Join(repoRoot, "bin", "kubectl"), "--kubeconfig", filepath.Join(runDir, "admin.kubeconfig"),
+		"-n", ns, "get", "slurmcluster", "slurm", "-o", "wide")
+	require.NoError(t, err, out)
+	assert.Regexp(t, `(?m)^NAME\s+CLUSTER\s+CONTROLLER\s+READY\s+WORKERS\s+NODES\s+CONFIG\s+KEYS\s+ACCOUNTING\s+LOGINS\s+DOMAIN\s`, out)
+	assert.Regexp(t, `(?m)^slurm\s+sssd\s+True\s+1\s+1\s+idle=1\s+True\s+True\s+True\s`, out, "LOGINS True (no ACCOUNTING value)")
 	inLogin := func(command ...string) (string, error) { return execInPod(t, ns, login, "login", command...) }
 
 	// sssd answers for the directory's user (it may still be going online at first).
-	var out string
 	eventually(t, 60*time.Second, "getent passwd alice in the login pod", func() bool {
 		out, _ = inLogin("/usr/bin/getent", "passwd", "alice")
 		return strings.HasPrefix(out, "alice:*:20001:20000:")
 	})
-	out, err := inLogin("/usr/bin/id", "alice")
+	out, err = inLogin("/usr/bin/id", "alice")
 	require.NoError(t, err, out)
 	assert.Equal(t, "uid=20001(alice) gid=20000(hpc) groups=20000(hpc)", strings.TrimSpace(out))
 	out, err = inLogin("/usr/bin/getent", "passwd", "bob")

@@ -492,6 +492,7 @@ type SlurmClusterStatus struct {
 // +kubebuilder:printcolumn:name="Config",type=string,JSONPath=`.status.conditions[?(@.type=="ConfigValid")].status`
 // +kubebuilder:printcolumn:name="Keys",type=string,JSONPath=`.status.conditions[?(@.type=="KeysReady")].status`
 // +kubebuilder:printcolumn:name="Accounting",type=string,JSONPath=`.status.conditions[?(@.type=="AccountingReady")].status`,priority=1
+// +kubebuilder:printcolumn:name="Logins",type=string,JSONPath=`.status.conditions[?(@.type=="LoginsReady")].status`,priority=1
 // +kubebuilder:printcolumn:name="Domain",type=integer,JSONPath=`.status.computeDomain.nodeCount`
 // +kubebuilder:printcolumn:name="Reconfigured",type=date,JSONPath=`.status.lastReconfigureTime`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
