@@ -418,22 +418,13 @@ func TestSlurmClusterPrunesLostWorker(t *testing.T) {
 	startPodRunner(t)
 	ns := namespace(t)
 	kc := slurmClient(t)
-	applyExample(t, ns, "slurmcluster-local.yaml")
 	key := client.ObjectKey{Namespace: ns, Name: "slurm"}
-	c := &slurmv1.SlurmCluster{}
-	// Slurm marks a silent node DOWN after SlurmdTimeout (300 s by default).
-	updateCluster(t, kc, key, c, func(c *slurmv1.SlurmCluster) {
+	createLocalCluster(t, ns, func(c *slurmv1.SlurmCluster) {
+		// Slurm marks a silent node DOWN after SlurmdTimeout (300 s by default).
 		c.Spec.ExtraConfig = "SlurmdTimeout=30"
 		c.Spec.NodeSets[0].PruneDownAfterSeconds = ptrTo[int64](30)
 	})
-	eventually(t, 180*time.Second, "the configuration applied and one ready worker", func() bool {
-		return kc.Get(ctx, key, c) == nil && c.Status.ReadyWorkers == 1 && c.Status.AppliedConfigHash == c.Status.ConfigHash &&
-			meta.IsStatusConditionTrue(c.Status.Conditions, slurmv1.ConditionControllerReady)
-	})
-	eventually(t, 90*time.Second, "sinfo lists the worker idle", func() bool {
-		out, ok := slurmCommand(t, c, "/usr/bin/sinfo", "-h", "-N", "-o", "%N %t")
-		return ok && strings.Contains(out, runnerNode+" idle")
-	})
+	c := waitSlurmClusterReady(t, ns, runnerNode)
 	out, ok := slurmCommand(t, c, "/usr/bin/scontrol", "show", "config")
 	require.True(t, ok, out)
 	require.Regexp(t, `(?m)^SlurmdTimeout\s+= 30 sec$`, out)

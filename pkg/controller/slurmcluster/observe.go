@@ -106,13 +106,20 @@ func (r *Reconciler) observeSlurm(ctx context.Context, c *slurmv1.SlurmCluster, 
 	if err := r.tellWorkers(ctx, c, sc, status); err != nil {
 		log.FromContext(ctx).Info("cannot send the new configuration to the workers; tried again at the next pass", "err", err.Error())
 	}
-	if nodes, err = r.pruneStaleNodes(ctx, c, sc, nodes, want); err != nil {
+	// One list of the worker pods for pruning and busy labels; without it, neither (fail
+	// closed: unknown pods are not absent ones).
+	pods, err := r.listWorkerPods(ctx, c)
+	if err != nil {
+		log.FromContext(ctx).Info("cannot list worker pods; no pruning, busy labels kept", "err", err.Error())
+	} else if nodes, err = r.pruneStaleNodes(ctx, c, sc, nodes, want, pods); err != nil {
 		log.FromContext(ctx).Info("cannot prune lost workers' Slurm nodes", "err", err.Error())
 	}
 	status.Nodes = summarize(nodes)
 	status.NodeSummary = summaryLine(status.Nodes)
-	if err := r.markBusyWorkers(ctx, c, nodes); err != nil {
-		log.FromContext(ctx).Info("cannot mark busy workers", "err", err.Error())
+	if pods != nil {
+		if err := r.markBusyWorkers(ctx, nodes, pods); err != nil {
+			log.FromContext(ctx).Info("cannot mark busy workers", "err", err.Error())
+		}
 	}
 	return true
 }
@@ -120,14 +127,10 @@ func (r *Reconciler) observeSlurm(ctx context.Context, c *slurmv1.SlurmCluster, 
 // markBusyWorkers labels each worker pod busy=true while its Slurm node runs jobs (and
 // removes the label when it does not): the cluster's PodDisruptionBudget (nodeset.go) lets
 // no busy worker be evicted. A worker whose node Slurm does not list is left as it is.
-func (r *Reconciler) markBusyWorkers(ctx context.Context, c *slurmv1.SlurmCluster, nodes []slurm.Node) error {
+func (r *Reconciler) markBusyWorkers(ctx context.Context, nodes []slurm.Node, pods *v1.PodList) error {
 	busy := map[string]bool{}
 	for _, n := range nodes {
 		busy[n.Name] = n.Busy()
-	}
-	pods, err := r.listWorkerPods(ctx, c)
-	if err != nil {
-		return err
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]

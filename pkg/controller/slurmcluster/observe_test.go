@@ -87,7 +87,7 @@ func TestBusyWorkersProtected(t *testing.T) {
 
 	cl := f.cluster()
 	nodes := []slurm.Node{{Name: "slurm-r-0", States: []string{"MIXED"}}, {Name: "slurm-r-1", States: []string{"IDLE"}}}
-	require.NoError(t, f.r.markBusyWorkers(context.Background(), cl, nodes))
+	require.NoError(t, f.r.markBusyWorkers(context.Background(), nodes, f.workerPods(cl)))
 	pods := f.workers()
 	assert.Equal(t, "true", pods["slurm-r-0"].Labels[busyLabel])
 	assert.NotContains(t, pods["slurm-r-1"].Labels, busyLabel)
@@ -97,7 +97,7 @@ func TestBusyWorkersProtected(t *testing.T) {
 
 	// Its jobs done, the worker may go again; a node Slurm does not list changes nothing.
 	nodes = []slurm.Node{{Name: "slurm-r-0", States: []string{"IDLE"}}}
-	require.NoError(t, f.r.markBusyWorkers(context.Background(), cl, nodes))
+	require.NoError(t, f.r.markBusyWorkers(context.Background(), nodes, f.workerPods(cl)))
 	assert.NotContains(t, f.workers()["slurm-r-0"].Labels, busyLabel)
 }
 
@@ -125,4 +125,10 @@ func TestSlurmClientsDropIdle(t *testing.T) {
 	_, err = s.get("http://10.0.0.3:6820", t0, func() (slurm.Client, error) { return nil, errors.New("bad URL") })
 	require.Error(t, err)
 	assert.NotContains(t, s.clients, "http://10.0.0.3:6820")
+}
+
+func (f *fixture) workerPods(c *slurmv1.SlurmCluster) *v1.PodList {
+	pods, err := f.r.listWorkerPods(context.Background(), c)
+	require.NoError(f.t, err)
+	return pods
 }

@@ -90,13 +90,9 @@ func pruneGrace(set *slurmv1.NodeSetSpec) time.Duration {
 }
 
 // pruneStaleNodes deletes the stale node records (staleNodes) through the cluster's
-// slurmrestd and returns the nodes left. It fails closed: without the worker pods' list
-// nothing is pruned. slurmctld itself refuses to delete a node that has jobs.
-func (r *Reconciler) pruneStaleNodes(ctx context.Context, c *slurmv1.SlurmCluster, sc slurm.Client, nodes []slurm.Node, want []worker) ([]slurm.Node, error) {
-	pods, err := r.listWorkerPods(ctx, c)
-	if err != nil {
-		return nodes, err
-	}
+// slurmrestd and returns the nodes left; pods are the cluster's worker pods (without their
+// list nothing is pruned). slurmctld itself refuses to delete a node that has jobs.
+func (r *Reconciler) pruneStaleNodes(ctx context.Context, c *slurmv1.SlurmCluster, sc slurm.Client, nodes []slurm.Node, want []worker, pods *v1.PodList) ([]slurm.Node, error) {
 	live := map[string]bool{}
 	for _, w := range want {
 		live[w.slurm] = true
