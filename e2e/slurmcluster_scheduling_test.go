@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -354,4 +355,51 @@ func TestPreemptionOnSlurmCluster(t *testing.T) {
 	ev := podEvents(t, victim)
 	assert.Contains(t, ev, wellknown.EventSlurmJobPreempted)
 	assert.Contains(t, ev, "PREEMPTED")
+}
+
+// Issue 5 with docs/topology.md: a SlurmCluster's spec.topology puts its workers in Slurm
+// blocks by their nodes' NVLink clique label. The runner's node labelled e2e-a: its worker
+// is in block e2e-a in `scontrol show topology`; relabelled e2e-b, it moves there (a new
+// configuration, slurmctld restarted with it), and a job still runs on it.
+func TestSlurmClusterTopologyBlocks(t *testing.T) {
+	ctx := context.Background()
+	startPodRunner(t)
+	ns := namespace(t)
+	const label = "nvidia.com/gpu.clique"
+	setClique := func(v string) {
+		value := "null"
+		if v != "" {
+			value = strconv.Quote(v)
+		}
+		_, err := kube.CoreV1().Nodes().Patch(ctx, runnerNode, types.MergePatchType,
+			fmt.Appendf(nil, `{"metadata":{"labels":{%q:%s}}}`, label, value), metav1.PatchOptions{})
+		require.NoError(t, err)
+	}
+	setClique("e2e-a")
+	t.Cleanup(func() { setClique("") })
+	createLocalCluster(t, ns, func(c *slurmv1.SlurmCluster) { c.Spec.Topology = &slurmv1.TopologySpec{BlockSizes: []int32{1}} })
+	c := waitSlurmClusterReady(t, ns, runnerNode)
+	inBlock := func(block string) func() bool {
+		return func() bool {
+			out, ok := slurmCommand(t, c, "/usr/bin/scontrol", "show", "topology")
+			return ok && regexp.MustCompile(`BlockName=`+block+`\s+BlockIndex=\d+\s+Nodes=`+runnerNode+`\s`).MatchString(out)
+		}
+	}
+	eventually(t, 60*time.Second, runnerNode+" in block e2e-a", inBlock("e2e-a"))
+
+	setClique("e2e-b")
+	eventually(t, 120*time.Second, runnerNode+" moved to block e2e-b", inBlock("e2e-b"))
+	out, ok := slurmCommand(t, c, "/usr/bin/scontrol", "show", "topology")
+	require.True(t, ok, out)
+	t.Logf("scontrol show topology:\n%s", out)
+	assert.NotContains(t, out, "BlockName=e2e-a")
+
+	out, ok = slurmCommand(t, c, "/usr/bin/sbatch", "--parsable", "--chdir", "/tmp", "--output", "/dev/null", "--wrap", "true")
+	require.True(t, ok, out)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	id := strings.TrimSpace(lines[len(lines)-1])
+	eventually(t, 60*time.Second, "job "+id+" COMPLETED on "+runnerNode, func() bool {
+		out, _ := slurmCommand(t, c, "/usr/bin/scontrol", "show", "job", "-o", id)
+		return regexpField(out, "JobState") == "COMPLETED" && regexpField(out, "NodeList") == runnerNode
+	})
 }

@@ -76,6 +76,12 @@ type SlurmClusterSpec struct {
 	// +optional
 	CgroupExtraConfig string `json:"cgroupExtraConfig,omitempty"`
 
+	// Topology places the workers in Slurm blocks (topology/block) by their Kubernetes
+	// nodes' labels: the ConfigMap gets a topology.yaml. docs/topology.md, "In a
+	// SlurmCluster".
+	// +optional
+	Topology *TopologySpec `json:"topology,omitempty"`
+
 	// ComputeDomain is one NVIDIA NVLink ComputeDomain (resource.nvidia.com, NVIDIA's DRA
 	// driver for GPUs) for the cluster's workers, and Slurm's switch/nvidia_imex plugin.
 	// docs/topology.md, "ComputeDomains".
@@ -354,6 +360,28 @@ type RestAPISpec struct {
 	// +kubebuilder:default=6820
 	// +optional
 	Port int32 `json:"port,omitempty"`
+}
+
+// TopologySpec derives Slurm's block topology from the workers' nodes.
+type TopologySpec struct {
+	// LabelKeys are node labels whose value names a worker's block, the first present wins.
+	// Default: nvidia.com/gpu.clique (the NVLink domain, set by NVIDIA's GPU operator).
+	// +kubebuilder:validation:MaxItems=8
+	// +optional
+	LabelKeys []string `json:"labelKeys,omitempty"`
+	// DefaultBlock holds the workers whose node has none of the labels, and Replicas-mode
+	// workers (under topology/block a node outside every block runs no job). Default:
+	// unlabelled.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`
+	// +optional
+	DefaultBlock string `json:"defaultBlock,omitempty"`
+	// BlockSizes are Slurm's block_sizes, the base block size first (e.g. the nodes of one
+	// NVLink domain), each the previous one times a power of two. Required: slurmctld
+	// refuses to start on blocks none of whose nodes has registered yet (workers are
+	// dynamic nodes) unless they are set.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	BlockSizes []int32 `json:"blockSizes"`
 }
 
 // LoginSetSpec is a set of login pods (sackd, configless).

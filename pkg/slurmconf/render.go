@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
+	"github.com/kubeslurm/kubeslurm/pkg/topology"
 )
 
 // Paths inside the daemons' pods, where their volumes are mounted.
@@ -31,6 +32,7 @@ const (
 	JWKSFile         = "jwks.json"
 	SlurmdbdConfFile = "slurmdbd.conf"
 	GresConfFile     = "gres.conf"
+	TopologyFile     = "topology.yaml"
 	// DefaultDatabase is StorageLoc when spec.accounting.database.name is empty.
 	DefaultDatabase = "slurm_acct_db"
 	// DefaultDatabasePort is the MySQL/MariaDB port.
@@ -82,6 +84,16 @@ func Validate(c *slurmv1.SlurmCluster) error {
 			if g.Type != "" && (ValidateValue(g.Type) != nil || strings.ContainsAny(g.Type, ":,()")) {
 				return fmt.Errorf("nodeSets[%s]: gpus: type %q is not a plain name", ns.Name, g.Type)
 			}
+		}
+	}
+	if t := c.Spec.Topology; t != nil {
+		if len(t.BlockSizes) == 0 {
+			// Seen on 26.05.5: "fatal: Blocks do not contain any nodes and the BlockSizes are
+			// not set", before any dynamic worker has registered.
+			return fmt.Errorf("topology: blockSizes: at least one is needed (slurmctld refuses blocks of unregistered nodes without them)")
+		}
+		if err := TopologyConfig(c).Validate(); err != nil {
+			return fmt.Errorf("topology: %w", err)
 		}
 	}
 	defaults := 0
@@ -179,7 +191,11 @@ func (f Files) Hash() string {
 // Option adds to what Render writes.
 type Option func(*options)
 
-type options struct{ jwks []byte }
+type options struct{ jwks, topology []byte }
+
+// WithTopology adds topology.yaml (spec.topology, built from the workers' nodes by the
+// controller): slurmctld reads it next to slurm.conf, and it wins over TopologyPlugin.
+func WithTopology(topology []byte) Option { return func(o *options) { o.topology = topology } }
 
 // WithJWKS adds the public keys slurmctld also accepts JWTs of (JWKSFile, named in
 // AuthAltParameters beside the cluster's own HS256 key): kubeslurm's controller signs its
@@ -198,6 +214,9 @@ func Render(c *slurmv1.SlurmCluster, opts ...Option) (Files, error) {
 	files := Files{SlurmConfFile: renderSlurmConf(c, o), CgroupConfFile: renderCgroupConf(c)}
 	if len(o.jwks) > 0 {
 		files[JWKSFile] = string(o.jwks)
+	}
+	if len(o.topology) > 0 {
+		files[TopologyFile] = string(o.topology)
 	}
 	if c.Spec.Accounting != nil {
 		files[SlurmdbdConfFile] = renderSlurmdbdConf(c)
@@ -418,4 +437,30 @@ func usersFromDirectory(c *slurmv1.SlurmCluster) bool {
 		}
 	}
 	return false
+}
+
+// Defaults of spec.topology.
+const (
+	TopologyName         = "kubeslurm"
+	DefaultTopologyLabel = "nvidia.com/gpu.clique"
+	DefaultTopologyBlock = "unlabelled"
+)
+
+// TopologyConfig is spec.topology (with its defaults) as pkg/topology takes it.
+func TopologyConfig(c *slurmv1.SlurmCluster) topology.Config {
+	t := c.Spec.Topology
+	cfg := topology.Config{Name: TopologyName, LabelKeys: []string{DefaultTopologyLabel}, DefaultBlock: DefaultTopologyBlock}
+	if t == nil {
+		return cfg
+	}
+	if len(t.LabelKeys) > 0 {
+		cfg.LabelKeys = t.LabelKeys
+	}
+	if t.DefaultBlock != "" {
+		cfg.DefaultBlock = t.DefaultBlock
+	}
+	for _, s := range t.BlockSizes {
+		cfg.BlockSizes = append(cfg.BlockSizes, int(s))
+	}
+	return cfg
 }

@@ -49,6 +49,8 @@ type worker struct {
 	kubeNode string
 	// gpus is the node's count of the set's GPU resource (nodeSets[].gpus).
 	gpus int64
+	// nodeLabels are the Kubernetes node's labels (DaemonSet mode): its Slurm block.
+	nodeLabels map[string]string
 }
 
 // desiredWorkerList lists the workers of every NodeSet: DaemonSet mode one per Kubernetes
@@ -73,7 +75,7 @@ func (r *Reconciler) desiredWorkerList(ctx context.Context, c *slurmv1.SlurmClus
 		}
 		for _, n := range nodes.Items {
 			if n.DeletionTimestamp == nil {
-				out = append(out, worker{set: set, slurm: n.Name, kubeNode: n.Name, gpus: nodeGPUs(set, &n)})
+				out = append(out, worker{set: set, slurm: n.Name, kubeNode: n.Name, gpus: nodeGPUs(set, &n), nodeLabels: n.Labels})
 			}
 		}
 	}

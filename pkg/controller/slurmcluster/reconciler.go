@@ -36,6 +36,7 @@ import (
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
 	"github.com/kubeslurm/kubeslurm/pkg/slurmconf"
+	"github.com/kubeslurm/kubeslurm/pkg/topology"
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
 
@@ -318,6 +319,14 @@ func (r *Reconciler) ensureConfig(ctx context.Context, c *slurmv1.SlurmCluster, 
 	if r.Identity != nil {
 		opts = append(opts, slurmconf.WithJWKS(r.Identity.JWKS()))
 	}
+	var badBlocks []topology.NodeError
+	if c.Spec.Topology != nil {
+		t, bad, err := r.renderTopology(ctx, c)
+		if err != nil {
+			return err
+		}
+		opts, badBlocks = append(opts, slurmconf.WithTopology(t)), bad
+	}
 	files, err := slurmconf.Render(c, opts...)
 	if err != nil {
 		msg := err.Error() + "; the last valid configuration stays in place"
@@ -341,6 +350,7 @@ func (r *Reconciler) ensureConfig(ctx context.Context, c *slurmv1.SlurmCluster, 
 			return fmt.Errorf("creating ConfigMap %s: %w", key.Name, err)
 		}
 		r.configChanged(c, status, hash, "Created")
+		r.tellInvalidBlocks(c, badBlocks)
 	case err != nil:
 		return err
 	case !metav1.IsControlledBy(cm, c):
@@ -357,6 +367,7 @@ func (r *Reconciler) ensureConfig(ctx context.Context, c *slurmv1.SlurmCluster, 
 				return fmt.Errorf("updating ConfigMap %s: %w", key.Name, err)
 			}
 			r.configChanged(c, status, hash, "Updated")
+			r.tellInvalidBlocks(c, badBlocks)
 		}
 	}
 	status.ConfigMap, status.ConfigHash = key.Name, hash
