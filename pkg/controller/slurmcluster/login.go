@@ -127,6 +127,11 @@ func addSSSD(pod *v1.PodSpec, ref *v1.SecretKeySelector) {
 		// emptyDir starts empty.
 		Command:      []string{"/bin/sh", "-c", "mkdir -p -m 0700 /var/lib/sss/pipes/private && exec /usr/sbin/sssd --interactive --logger=stderr"},
 		VolumeMounts: mounts,
+		// Ready once its name service responder listens: what the login container asks.
+		ReadinessProbe: &v1.Probe{
+			ProbeHandler:  v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"/usr/bin/test", "-S", "/var/lib/sss/pipes/nss"}}},
+			PeriodSeconds: 5,
+		},
 	})
 }
 

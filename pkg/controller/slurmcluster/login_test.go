@@ -56,6 +56,7 @@ func TestLoginSetsFollowTheSpec(t *testing.T) {
 		{Name: "sssd-mc", MountPath: "/var/lib/sss/mc"},
 		{Name: "sssd-db", MountPath: "/var/lib/sss/db"},
 	}, sssd.VolumeMounts)
+	assert.Equal(t, []string{"/usr/bin/test", "-S", "/var/lib/sss/pipes/nss"}, sssd.ReadinessProbe.Exec.Command)
 	assert.Equal(t, []v1.VolumeMount{
 		{Name: "sssd-pipes", MountPath: "/var/lib/sss/pipes"},
 		{Name: "sssd-mc", MountPath: "/var/lib/sss/mc"},
