@@ -200,12 +200,10 @@ func (r *Reconciler) loginsReady(ctx context.Context, c *slurmv1.SlurmCluster, s
 	for _, set := range c.Spec.LoginSets {
 		desired += ptrOr(set.Replicas, 1)
 	}
-	if ready >= desired {
-		setCondition(status, c.Generation, slurmv1.ConditionLoginsReady, metav1.ConditionTrue, ReasonLoginsRunning,
-			fmt.Sprintf("%d/%d login pods ready", ready, desired))
-	} else {
-		setCondition(status, c.Generation, slurmv1.ConditionLoginsReady, metav1.ConditionFalse, ReasonLoginsWaiting,
-			fmt.Sprintf("%d/%d login pods ready", ready, desired))
+	cond, reason := metav1.ConditionTrue, ReasonLoginsRunning
+	if ready < desired {
+		cond, reason = metav1.ConditionFalse, ReasonLoginsWaiting
 	}
+	setCondition(status, c.Generation, slurmv1.ConditionLoginsReady, cond, reason, fmt.Sprintf("%d/%d login pods ready", ready, desired))
 	return false, nil
 }

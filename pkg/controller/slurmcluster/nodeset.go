@@ -367,12 +367,12 @@ func (r *Reconciler) teardown(ctx context.Context, c *slurmv1.SlurmCluster) (ctr
 	if !controllerutil.ContainsFinalizer(c, WorkersFinalizer) {
 		return ctrl.Result{}, nil
 	}
-	nsGoing, err := r.namespaceTerminating(ctx, c.Namespace)
+	ns, err := r.terminatingNamespace(ctx, c.Namespace)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	var grace *int64
-	if nsGoing {
+	if ns != nil {
 		grace = ptr[int64](drainlessGrace)
 	}
 	left, err := r.stopWorkers(ctx, c, grace)
@@ -417,14 +417,15 @@ func (r *Reconciler) stopWorkers(ctx context.Context, c *slurmv1.SlurmCluster, g
 // enough for slurmd to stop on SIGTERM, with no drain to wait for.
 const drainlessGrace = 5
 
-// namespaceTerminating: ns is being deleted. A namespace that cannot be read is not taken
-// as going (fail closed: the workers keep their grace to drain).
-func (r *Reconciler) namespaceTerminating(ctx context.Context, name string) (bool, error) {
+// terminatingNamespace is namespace name while it is being deleted, else nil. A namespace
+// that cannot be read is not taken as going (fail closed: the workers keep their grace to
+// drain).
+func (r *Reconciler) terminatingNamespace(ctx context.Context, name string) (*v1.Namespace, error) {
 	ns := &v1.Namespace{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
-		return false, client.IgnoreNotFound(err)
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil || ns.DeletionTimestamp == nil {
+		return nil, client.IgnoreNotFound(err)
 	}
-	return ns.DeletionTimestamp != nil, nil
+	return ns, nil
 }
 
 // stopForNamespace handles a cluster whose namespace is being deleted. Kubernetes deletes a
@@ -435,14 +436,10 @@ func (r *Reconciler) namespaceTerminating(ctx context.Context, name string) (boo
 // pods' long grace periods, would only look again after half of it (30 min by default): the
 // annotation written once they are gone (its change wakes the namespace controller) tells
 // it to look now.
-func (r *Reconciler) stopForNamespace(ctx context.Context, c *slurmv1.SlurmCluster) (ctrl.Result, error) {
+func (r *Reconciler) stopForNamespace(ctx context.Context, c *slurmv1.SlurmCluster, ns *v1.Namespace) (ctrl.Result, error) {
 	left, err := r.stopWorkers(ctx, c, ptr[int64](drainlessGrace))
 	if err != nil || left > 0 {
 		return ctrl.Result{RequeueAfter: 2 * time.Second}, err
-	}
-	ns := &v1.Namespace{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: c.Namespace}, ns); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	key := wellknown.WorkersStoppedAnnotationPrefix + c.Name
 	if _, done := ns.Annotations[key]; done {

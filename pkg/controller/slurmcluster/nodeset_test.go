@@ -305,6 +305,14 @@ func (g *graceRecorder) Delete(ctx context.Context, obj client.Object, opts ...c
 	return g.Client.Delete(ctx, obj, opts...)
 }
 
+// reconcileRecordingGraces reconciles once, recording the grace period of each delete.
+func (f *fixture) reconcileRecordingGraces() map[string]*int64 {
+	rec := &graceRecorder{Client: f.kube, graces: map[string]*int64{}}
+	f.r.Client = rec
+	f.reconcile()
+	return rec.graces
+}
+
 // twoWorkersDraining is a fixture of a running cluster with two workers whose pods take
 // their time to go (a finalizer, as a worker draining), in namespace ns.
 func twoWorkersDraining(t *testing.T, ns *v1.Namespace) *fixture {
@@ -334,11 +342,9 @@ func TestTeardownInTerminatingNamespace(t *testing.T) {
 				require.NoError(t, f.kube.Delete(context.Background(), ns))
 			}
 			require.NoError(t, f.kube.Delete(context.Background(), f.cluster()))
-			rec := &graceRecorder{Client: f.kube, graces: map[string]*int64{}}
-			f.r.Client = rec
-			f.reconcile()
-			require.Len(t, rec.graces, 2)
-			for name, grace := range rec.graces {
+			graces := f.reconcileRecordingGraces()
+			require.Len(t, graces, 2)
+			for name, grace := range graces {
 				if nsGoing {
 					assert.Equal(t, ptr[int64](drainlessGrace), grace, name)
 				} else {
@@ -362,11 +368,9 @@ func TestWorkersStoppedWhenNamespaceGoes(t *testing.T) {
 		require.NoError(t, f.kube.Delete(context.Background(), p))
 	}
 	require.NoError(t, f.kube.Delete(context.Background(), f.configMap()))
-	rec := &graceRecorder{Client: f.kube, graces: map[string]*int64{}}
-	f.r.Client = rec
-	f.reconcile()
-	require.Len(t, rec.graces, 2)
-	for name, grace := range rec.graces {
+	graces := f.reconcileRecordingGraces()
+	require.Len(t, graces, 2)
+	for name, grace := range graces {
 		assert.Equal(t, ptr[int64](drainlessGrace), grace, name)
 	}
 	err := f.kube.Get(context.Background(), client.ObjectKey{Namespace: "hpc", Name: ConfigMapName(f.cluster())}, &v1.ConfigMap{})

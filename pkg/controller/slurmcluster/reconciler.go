@@ -137,10 +137,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if c.DeletionTimestamp != nil {
 		return r.teardown(ctx, c)
 	}
-	if nsGoing, err := r.namespaceTerminating(ctx, c.Namespace); err != nil {
+	if ns, err := r.terminatingNamespace(ctx, c.Namespace); err != nil {
 		return ctrl.Result{}, err
-	} else if nsGoing {
-		return r.stopForNamespace(ctx, c)
+	} else if ns != nil {
+		return r.stopForNamespace(ctx, c, ns)
 	}
 	if controllerutil.AddFinalizer(c, WorkersFinalizer) {
 		if err := r.Client.Update(ctx, c); err != nil {
@@ -155,7 +155,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	} else if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.ensureConfig(ctx, c, status); err != nil {
+	// The workers the NodeSets ask for: their nodes place them in topology.yaml too.
+	want, err := r.desiredWorkerList(ctx, c)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.ensureConfig(ctx, c, status, want); err != nil {
 		return ctrl.Result{}, err
 	}
 	// After the configuration: a ComputeDomain problem must not hold slurm.conf back.
@@ -182,10 +187,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	} else if poll {
 		requeueWithin(&result, keyRetry)
-	}
-	want, err := r.desiredWorkerList(ctx, c)
-	if err != nil {
-		return ctrl.Result{}, err
 	}
 	ready, err := r.ensureWorkers(ctx, c, status, want)
 	if err != nil {
@@ -314,14 +315,14 @@ func (r *Reconciler) generateKey(ctx context.Context, c *slurmv1.SlurmCluster, n
 
 // ensureConfig renders the spec into the ConfigMap and sets ConfigValid. A spec that does
 // not render leaves the ConfigMap as it is.
-func (r *Reconciler) ensureConfig(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus) error {
+func (r *Reconciler) ensureConfig(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus, want []worker) error {
 	var opts []slurmconf.Option
 	if r.Identity != nil {
 		opts = append(opts, slurmconf.WithJWKS(r.Identity.JWKS()))
 	}
 	var badBlocks []topology.NodeError
 	if c.Spec.Topology != nil {
-		t, bad, err := r.renderTopology(ctx, c)
+		t, bad, err := renderTopology(c, want)
 		if err != nil {
 			return err
 		}

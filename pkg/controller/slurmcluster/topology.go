@@ -1,8 +1,6 @@
 package slurmcluster
 
 import (
-	"context"
-
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -12,16 +10,13 @@ import (
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
 
-// renderTopology is the cluster's topology.yaml (spec.topology): each DaemonSet-mode worker
-// in the block its Kubernetes node's labels name, Replicas-mode workers (no node of their
-// own) in the default block. Membership is by the file, so a worker joining, leaving or
-// relabelled changes the configuration (slurmctld restarts with it, jobs kept). Nodes whose
-// label is no usable block name are returned with why; they are in the default block.
-func (r *Reconciler) renderTopology(ctx context.Context, c *slurmv1.SlurmCluster) ([]byte, []topology.NodeError, error) {
-	want, err := r.desiredWorkerList(ctx, c)
-	if err != nil {
-		return nil, nil, err
-	}
+// renderTopology is the cluster's topology.yaml (spec.topology) for the workers it wants:
+// each DaemonSet-mode worker in the block its Kubernetes node's labels name, Replicas-mode
+// workers (no node of their own) in the default block. Membership is by the file, so a
+// worker joining, leaving or relabelled changes the configuration (slurmctld restarts with
+// it, jobs kept). Nodes whose label is no usable block name are returned with why; they are
+// in the default block.
+func renderTopology(c *slurmv1.SlurmCluster, want []worker) ([]byte, []topology.NodeError, error) {
 	var nodes []topology.Node
 	var others []string
 	for _, w := range want {
