@@ -3,7 +3,8 @@
 // slurmctld reads it only when its content changes, and then has slurmctld re-read it
 // (slurmrestd's reconfigure). A Slurm node carrying its own topology setting (slurmd -Z
 // --conf Topology=..., which overrides the file) is updated live to its labelled block.
-// Reconcile is level-based over the whole cluster: one key, every node read each time.
+// Reconcile is level-based over the whole cluster: one key, every node read each time;
+// before a reconfigure the nodes' own settings are read from slurmctld, not the watcher.
 package topology
 
 import (
@@ -14,6 +15,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -37,6 +39,7 @@ import (
 
 // Slurm is what the reconciler asks of Slurm (a subset of slurm.Client).
 type Slurm interface {
+	ListNodes(ctx context.Context) ([]slurm.Node, error)
 	SetNodeTopology(ctx context.Context, name, topology string) error
 	Reconfigure(ctx context.Context) error
 }
@@ -97,21 +100,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 	// Blocks that nodes' own settings name stay in the file until those settings are moved
 	// (below): slurmctld 26.05 exits (fatal) on a reconfigure that drops such a block.
-	var keep []string
-	for _, name := range r.Nodes.NodeNames() {
-		if n, ok := r.Nodes.Node(name); ok {
-			if b, ok := r.Config.BlockOfSetting(n.Topology); ok {
-				keep = append(keep, b)
-			}
-		}
-	}
-	topo, errs := topology.Build(r.Config, nodes, r.Nodes.NodeNames(), keep)
-	r.tellInvalid(byName, errs)
-	content, err := topo.Render()
+	settings := r.cachedSettings()
+	topo, content, err := r.build(byName, nodes, settings)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-
 	r.mu.Lock()
 	applied, last := r.applied, r.lastReconfigure
 	r.mu.Unlock()
@@ -119,6 +112,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		if wait := r.MinReconfigureInterval - time.Since(last); wait > 0 {
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
+		// The watcher can lag a setting just changed (by this reconciler or an admin), and
+		// a block dropped on its word can still be named in slurmctld: read slurmctld
+		// itself before it re-reads the file. Unreadable means nothing is written.
+		fresh, err := r.Slurm.ListNodes(ctx)
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("reading Slurm's nodes before a topology change: %w", err)
+		}
+		settings = settingsOf(fresh)
+		if topo, content, err = r.build(byName, nodes, settings); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if !bytes.Equal(content, applied) {
 		if err := writeIfChanged(r.File, content); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -134,29 +140,65 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 
 	// A node's own setting overrides the file: bring it to its block (live, no reconfigure;
 	// the block exists now that Slurm has read the file). The block it leaves goes from
-	// the file on a later pass, once the watcher has seen the new setting.
+	// the file on a later pass, once slurmctld shows the new setting.
 	var failed []error
-	for _, name := range r.Nodes.NodeNames() {
-		n, ok := r.Nodes.Node(name)
-		if !ok || n.Topology == "" {
+	for _, name := range slices.Sorted(maps.Keys(settings)) {
+		own := settings[name]
+		if own == "" {
 			continue
 		}
 		block, _ := topo.BlockOfNode(name)
 		want := r.Config.NodeTopology(block)
-		if n.Topology == want {
+		if own == want {
 			continue
 		}
 		if err := r.Slurm.SetNodeTopology(ctx, name, want); err != nil {
 			failed = append(failed, err)
 			continue
 		}
-		logger.Info("Slurm node topology set", "node", name, "from", n.Topology, "to", want)
+		logger.Info("Slurm node topology set", "node", name, "from", own, "to", want)
 		if k := byName[name]; k != nil {
 			r.Recorder.Eventf(k, nil, v1.EventTypeNormal, wellknown.EventTopologyBlockChanged, "Topology",
-				"Slurm node's own topology %s replaced by %s", n.Topology, want)
+				"Slurm node's own topology %s replaced by %s", own, want)
 		}
 	}
 	return ctrl.Result{}, errors.Join(failed...)
+}
+
+// cachedSettings is each Slurm node's own topology setting ("" when it follows the
+// file), as the watcher last saw it.
+func (r *Reconciler) cachedSettings() map[string]string {
+	out := map[string]string{}
+	for _, name := range r.Nodes.NodeNames() {
+		if n, ok := r.Nodes.Node(name); ok {
+			out[name] = n.Topology
+		}
+	}
+	return out
+}
+
+// settingsOf is cachedSettings for nodes read from slurmctld.
+func settingsOf(nodes []slurm.Node) map[string]string {
+	out := make(map[string]string, len(nodes))
+	for _, n := range nodes {
+		out[n.Name] = n.Topology
+	}
+	return out
+}
+
+// build renders the topology of the Kubernetes nodes and the Slurm nodes in settings,
+// keeping every block a node's own setting names.
+func (r *Reconciler) build(byName map[string]*v1.Node, nodes []topology.Node, settings map[string]string) (topology.Topology, []byte, error) {
+	var keep []string
+	for _, own := range settings {
+		if b, ok := r.Config.BlockOfSetting(own); ok {
+			keep = append(keep, b)
+		}
+	}
+	topo, errs := topology.Build(r.Config, nodes, slices.Collect(maps.Keys(settings)), keep)
+	r.tellInvalid(byName, errs)
+	content, err := topo.Render()
+	return topo, content, err
 }
 
 // tellMoved records an event on each Kubernetes node whose block changed.

@@ -24,25 +24,44 @@ import (
 
 const clique = "nvidia.com/gpu.clique"
 
-// fakeSlurm is Slurm's nodes as the watcher would show them, and the calls made.
+// fakeSlurm is slurmctld's nodes, the watcher's view of them, and the calls made.
 type fakeSlurm struct {
-	mu           sync.Mutex
-	synced       bool
-	nodes        map[string]slurm.Node
+	mu     sync.Mutex
+	synced bool
+	nodes  map[string]slurm.Node
+	// watched, when set, is a watcher lagging behind nodes.
+	watched      map[string]slurm.Node
+	listErr      error
 	reconfigures int
 	reconfigErr  error
 	sets         []string
 }
 
+func (f *fakeSlurm) view() map[string]slurm.Node {
+	if f.watched != nil {
+		return f.watched
+	}
+	return f.nodes
+}
 func (f *fakeSlurm) Synced() bool { return f.synced }
 func (f *fakeSlurm) NodeNames() []string {
 	var out []string
-	for n := range f.nodes {
+	for n := range f.view() {
 		out = append(out, n)
 	}
 	return out
 }
-func (f *fakeSlurm) Node(name string) (slurm.Node, bool) { n, ok := f.nodes[name]; return n, ok }
+func (f *fakeSlurm) Node(name string) (slurm.Node, bool) { n, ok := f.view()[name]; return n, ok }
+func (f *fakeSlurm) ListNodes(context.Context) ([]slurm.Node, error) {
+	if f.listErr != nil {
+		return nil, f.listErr
+	}
+	var out []slurm.Node
+	for _, n := range f.nodes {
+		out = append(out, n)
+	}
+	return out, nil
+}
 func (f *fakeSlurm) Reconfigure(context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -200,4 +219,44 @@ func TestBlockNamedByANodeSettingKeptUntilTheSettingMoves(t *testing.T) {
 	content, _ = os.ReadFile(f.file)
 	assert.NotContains(t, string(content), "old")
 	assert.Equal(t, 2, f.slurm.reconfigures)
+}
+
+// The watcher still shows an earlier setting of n1 (block b) after the setting was moved
+// back to block a in slurmctld. Relabelled to b, n1's old block a must stay in the file
+// until slurmctld itself shows n1's setting moved: on the watcher's word alone block a
+// would be dropped, and slurmctld would exit on the reconfigure.
+func TestLaggingWatcherDoesNotDropABlockSlurmStillNames(t *testing.T) {
+	f := newFixture(t, []string{"n1", "n2"}, node("n1", "a"), node("n2", "b"))
+	f.r.MinReconfigureInterval = 0
+	f.slurm.nodes["n1"] = slurm.Node{Name: "n1", Topology: "kubeslurm:a"}
+	_, err := f.reconcile(t)
+	require.NoError(t, err)
+	require.Empty(t, f.slurm.sets)
+
+	f.slurm.watched = map[string]slurm.Node{"n1": {Name: "n1", Topology: "kubeslurm:b"}, "n2": {Name: "n2"}}
+	var n1 v1.Node
+	require.NoError(t, f.Kube.Get(context.Background(), client.ObjectKey{Name: "n1"}, &n1))
+	n1.Labels[clique] = "b"
+	require.NoError(t, f.Kube.Update(context.Background(), &n1))
+	_, err = f.reconcile(t)
+	require.NoError(t, err)
+	content, _ := os.ReadFile(f.file)
+	assert.Contains(t, string(content), "- block: a\n", "slurmctld still has n1's own setting in block a")
+	assert.Equal(t, []string{"n1=kubeslurm:b"}, f.slurm.sets, "the setting is moved by slurmctld's value, not the watcher's")
+
+	f.slurm.watched = nil
+	_, err = f.reconcile(t)
+	require.NoError(t, err)
+	content, _ = os.ReadFile(f.file)
+	assert.NotContains(t, string(content), "block: a\n")
+}
+
+func TestUnreadableSlurmWritesNoTopologyChange(t *testing.T) {
+	f := newFixture(t, []string{"n1"}, node("n1", "a"))
+	f.slurm.listErr = errors.New("slurmrestd unavailable")
+	_, err := f.reconcile(t)
+	require.ErrorContains(t, err, "reading Slurm's nodes")
+	_, statErr := os.Stat(f.file)
+	assert.True(t, os.IsNotExist(statErr), "nothing written on the watcher's word alone")
+	assert.Zero(t, f.slurm.reconfigures)
 }
