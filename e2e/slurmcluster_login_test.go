@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/ssh"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,6 +48,9 @@ slapadd -f "$DIR/slapd.conf" -l "$DIR/directory.ldif"
 exec slapd -f "$DIR/slapd.conf" -h "ldap://127.0.0.1:$PORT/" -d 0
 `
 
+// alicePassword is alice's password in the test directory (a simple bind checks it).
+const alicePassword = "wonderland-42"
+
 // directoryLDIF is the test directory: user alice (uid 20001) in group hpc (gid 20000),
 // neither of them in the Slurm root's /etc/passwd or /etc/group.
 const directoryLDIF = `dn: dc=kubeslurm,dc=test
@@ -73,6 +77,7 @@ uidNumber: 20001
 gidNumber: 20000
 homeDirectory: /tmp
 loginShell: /bin/sh
+userPassword: ` + alicePassword + `
 
 dn: cn=hpc,ou=groups,dc=kubeslurm,dc=test
 objectClass: posixGroup
@@ -183,6 +188,34 @@ func TestSlurmClusterLoginSSSD(t *testing.T) {
 	require.NoError(t, err, out)
 	assert.Equal(t, fmt.Sprintf("alice %d", id), strings.TrimSpace(out))
 
+	// ssh: alice logs in to the login pod's sshd with her directory password (PAM, pam_sss)
+	// and submits there; the host key is the one of the Secret the controller generated,
+	// and a replacement login pod presents it too.
+	hostKey := loginHostKey(t, ns, c)
+	out, err = sshRun(t, "alice", alicePassword, hostKey, `id -un; id -gn; sbatch --parsable --chdir /tmp --output /dev/null --wrap 'test "$(id -u)" = 20001'`)
+	require.NoError(t, err, out)
+	lines := strings.Fields(out)
+	require.Len(t, lines, 3, out)
+	assert.Equal(t, []string{"alice", "hpc"}, lines[:2])
+	eventually(t, 90*time.Second, "alice's job "+lines[2]+" over ssh COMPLETED", func() bool {
+		show, _ = slurmCommand(t, c, "/usr/bin/scontrol", "show", "job", "-o", lines[2])
+		return regexpField(show, "JobState") == "COMPLETED" || regexpField(show, "JobState") == "FAILED"
+	})
+	assert.Equal(t, "COMPLETED", regexpField(show, "JobState"), show)
+	assert.Equal(t, "20001(20001)", regexpField(show, "UserId"), show)
+	out, err = sshRun(t, "alice", "not-her-password", hostKey, "true")
+	assert.ErrorContains(t, err, "unable to authenticate", "a wrong password is refused: %s", out)
+	require.NoError(t, kube.CoreV1().Pods(ns).Delete(ctx, login, metav1.DeleteOptions{}))
+	eventually(t, 90*time.Second, "a new login pod's sshd answers with the same host key", func() bool {
+		out, err = sshRun(t, "alice", alicePassword, hostKey, "id -u")
+		return err == nil && strings.TrimSpace(out) == "20001"
+	})
+
+	// ssh without a directory has nobody to log in as: the API server refuses it.
+	require.NoError(t, kc.Get(ctx, key, c))
+	c.Spec.LoginSets = append(c.Spec.LoginSets, slurmv1.LoginSetSpec{Name: "nobody", SSH: &slurmv1.LoginSSHSpec{}})
+	assert.ErrorContains(t, kc.Update(ctx, c), "ssh needs sssdConfRef")
+
 	// A LoginSet whose sssd.conf Secret does not exist is named in LoginsReady, with a
 	// warning event; without it, the condition is back.
 	updateCluster(t, kc, key, c, func(c *slurmv1.SlurmCluster) {
@@ -196,4 +229,38 @@ func TestSlurmClusterLoginSSSD(t *testing.T) {
 	})
 	updateCluster(t, kc, key, c, func(c *slurmv1.SlurmCluster) { c.Spec.LoginSets = c.Spec.LoginSets[:1] })
 	eventually(t, 60*time.Second, "LoginsReady: 1/1 login pods ready again", loginsReady(slurmcluster.ReasonLoginsRunning, "1/1 login pods ready"))
+}
+
+// loginSSHAddr is where the example's login pod's sshd listens (the pod runner's pods share
+// the host's network).
+const loginSSHAddr = "127.0.0.1:2222"
+
+// loginHostKey is the public half of the ssh host key Secret the controller generated for
+// c's login pods (the test reads it as the cluster's admin; the controller cannot).
+func loginHostKey(t *testing.T, ns string, c *slurmv1.SlurmCluster) ssh.PublicKey {
+	t.Helper()
+	s, err := kube.CoreV1().Secrets(ns).Get(context.Background(), slurmcluster.SSHHostKeySecret(c), metav1.GetOptions{})
+	require.NoError(t, err)
+	key, err := ssh.ParsePrivateKey(s.Data[slurmcluster.SSHHostKeyName])
+	require.NoError(t, err)
+	return key.PublicKey()
+}
+
+// sshRun runs command in a session as user, with a password, on the login pod's sshd, which
+// must present hostKey; it returns the session's combined output.
+func sshRun(t *testing.T, user, password string, hostKey ssh.PublicKey, command string) (string, error) {
+	t.Helper()
+	conn, err := ssh.Dial("tcp", loginSSHAddr, &ssh.ClientConfig{User: user, Auth: []ssh.AuthMethod{ssh.Password(password)},
+		HostKeyCallback: ssh.FixedHostKey(hostKey), Timeout: 10 * time.Second})
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	session, err := conn.NewSession()
+	if err != nil {
+		return "", err
+	}
+	defer session.Close()
+	out, err := session.CombinedOutput(command)
+	return string(out), err
 }

@@ -385,6 +385,7 @@ type TopologySpec struct {
 }
 
 // LoginSetSpec is a set of login pods (sackd, configless).
+// +kubebuilder:validation:XValidation:rule="!has(self.ssh) || has(self.sssdConfRef)",message="ssh needs sssdConfRef: the login image has no users of its own to log in as"
 type LoginSetSpec struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`
 	Name string `json:"name"`
@@ -399,6 +400,24 @@ type LoginSetSpec struct {
 	// need no directory.
 	// +optional
 	SSSDConfRef *corev1.SecretKeySelector `json:"sssdConfRef,omitempty"`
+	// SSH runs OpenSSH's sshd in each login pod, so the directory's users log in with ssh
+	// (passwords through PAM and sssd, or public keys the directory holds) behind a Service
+	// of the LoginSet. Needs sssdConfRef: the image has no users of its own to log in as.
+	// +optional
+	SSH *LoginSSHSpec `json:"ssh,omitempty"`
+}
+
+// LoginSSHSpec is a LoginSet's ssh access.
+type LoginSSHSpec struct {
+	// Port sshd listens on in the login pods, and the Service's port. Default 22.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	Port int32 `json:"port,omitempty"`
+	// ServiceType of the LoginSet's Service <cluster>-login-<set>. Default ClusterIP.
+	// +kubebuilder:validation:Enum=ClusterIP;NodePort;LoadBalancer
+	// +optional
+	ServiceType corev1.ServiceType `json:"serviceType,omitempty"`
 }
 
 // Condition types of a SlurmCluster.

@@ -8,9 +8,14 @@
 # sssd-ldap and libnss-sss: with a LoginSet's sssdConfRef, the login pod runs this image's
 # sssd in a second container, and the name service switch (`passwd: files sss`, which
 # libnss-sss's installation sets) asks it for the directory's users.
+# openssh-server and libpam-sss: with loginSets[].ssh, a third container runs sshd, and
+# users log in with their directory password (PAM, pam_sss) or key (sss_ssh_authorizedkeys).
+# pam_loginuid is made optional: a container without CAP_AUDIT_CONTROL cannot set it, and
+# Debian's sshd PAM stack would refuse every login for it.
 FROM debian:sid-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends sackd slurm-client slurm-wlm-jwt-plugin ca-certificates \
-    sssd-ldap libnss-sss \
+    sssd-ldap libnss-sss libpam-sss openssh-server \
+ && sed -i 's/^session\s\+required\s\+pam_loginuid.so/session optional pam_loginuid.so/' /etc/pam.d/sshd \
  && rm -rf /var/lib/apt/lists/*
 ENTRYPOINT ["/usr/sbin/sackd"]

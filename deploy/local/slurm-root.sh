@@ -11,9 +11,10 @@ cache=${KUBESLURM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubeslurm}
 dir="$cache/slurm-root-$SLURM_SUITE"
 # slurmdbd and mariadb-server: accounting (a SlurmCluster's slurmdbd, and the database the
 # e2e tests start); sackd: login pods; sssd-ldap and libnss-sss: login pods' users from a
-# directory (sssd), and slapd with ldap-utils: the directory the e2e tests start (and
-# ldapsearch to look into it). With them the root is about 890 MB, made in ~85 s.
-packages=slurmctld,slurmd,slurmrestd,slurm-client,slurm-wlm-jwt-plugin,procps,ca-certificates,slurmdbd,sackd,mariadb-server,sssd-ldap,libnss-sss,slapd,ldap-utils
+# directory (sssd), with libpam-sss and openssh-server for their ssh logins; slapd with
+# ldap-utils: the directory the e2e tests start (and ldapsearch to look into it). With them
+# the root is about 900 MB, made in ~85 s.
+packages=slurmctld,slurmd,slurmrestd,slurm-client,slurm-wlm-jwt-plugin,procps,ca-certificates,slurmdbd,sackd,mariadb-server,sssd-ldap,libnss-sss,libpam-sss,openssh-server,slapd,ldap-utils
 stamp="packages=$packages"
 
 if [ -f "$dir/.complete" ] && grep -qxF "$stamp" "$dir/.complete"; then

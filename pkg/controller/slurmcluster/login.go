@@ -2,12 +2,19 @@ package slurmcluster
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
 	"fmt"
+	"slices"
+
+	"golang.org/x/crypto/ssh"
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -24,6 +31,9 @@ const (
 	loginSetLabel  = "slurm.kubeslurm.io/loginset"
 	// sssdConfPath is where a LoginSet's sssd.conf is mounted in its sssd container.
 	sssdConfPath = "/etc/sssd/sssd.conf"
+	// SSHHostKeyName is the key of SSHHostKeySecret and its file in the sshd container.
+	SSHHostKeyName = "ssh_host_ed25519_key"
+	sshHostKeyDir  = "/etc/ssh/kubeslurm"
 	// LoginSackdPort is where sackd listens for slurmctld's configuration updates: not
 	// slurmd's 6818 (sackd's default), so a login pod and a worker can share a host network
 	// (hostNetwork pods, or the local pod runner).
@@ -89,6 +99,95 @@ func loginDeployment(c *slurmv1.SlurmCluster, set *slurmv1.LoginSetSpec, d *apps
 	if set.SSSDConfRef != nil {
 		addSSSD(&d.Spec.Template.Spec, set.SSSDConfRef)
 	}
+	if set.SSH != nil {
+		addSSH(&d.Spec.Template.Spec, c, set.SSH)
+	}
+}
+
+// SSHHostKeySecret names the Secret of the login pods' ssh host key (key SSHHostKeyName,
+// OpenSSH's private key format), one per cluster: every login pod behind a Service, and
+// each pod that replaces another, presents the same key, so users' known_hosts stay true.
+func SSHHostKeySecret(c *slurmv1.SlurmCluster) string { return c.Name + "-ssh-host-key" }
+
+// SSHPort is the port of a LoginSet's sshd and Service (loginSets[].ssh.port, default 22).
+func SSHPort(s *slurmv1.LoginSSHSpec) int32 {
+	if s.Port == 0 {
+		return 22
+	}
+	return s.Port
+}
+
+// sshdArgs: the host key from the Secret; users authenticate through PAM (pam_sss, the
+// login image's sssd) or with the public keys sssd finds in the directory; no root login.
+// No pid file: two login pods sharing /run (the local pod runner) would fight over it.
+func sshdArgs(port int32) []string {
+	args := []string{"-D", "-e", "-p", fmt.Sprint(port), "-h", sshHostKeyDir + "/" + SSHHostKeyName}
+	for _, o := range []string{"PidFile=none", "UsePAM=yes", "PasswordAuthentication=yes", "KbdInteractiveAuthentication=yes",
+		"PermitRootLogin=no", "AuthorizedKeysCommand=/usr/bin/sss_ssh_authorizedkeys", "AuthorizedKeysCommandUser=nobody"} {
+		args = append(args, "-o", o)
+	}
+	return args
+}
+
+// addSSH gives a login pod an sshd container (the login image has OpenSSH's server). Its
+// sessions see what the login container sees (sackd's configuration and socket, the
+// sssd sockets) but not the auth/slurm key, which only sackd reads.
+func addSSH(pod *v1.PodSpec, c *slurmv1.SlurmCluster, ssh *slurmv1.LoginSSHSpec) {
+	login := pod.Containers[0]
+	var mounts []v1.VolumeMount
+	for _, m := range login.VolumeMounts {
+		if m.Name != "key" {
+			mounts = append(mounts, m)
+		}
+	}
+	mounts = append(mounts, v1.VolumeMount{Name: "ssh-host-key", MountPath: sshHostKeyDir, ReadOnly: true})
+	pod.Volumes = append(pod.Volumes, v1.Volume{Name: "ssh-host-key", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{
+		// sshd refuses a private host key others may read.
+		SecretName: SSHHostKeySecret(c), DefaultMode: ptr[int32](0o400), Items: []v1.KeyToPath{{Key: SSHHostKeyName, Path: SSHHostKeyName}},
+	}}})
+	port := SSHPort(ssh)
+	pod.Containers = append(pod.Containers, v1.Container{
+		Name:  "sshd",
+		Image: login.Image,
+		// sshd's privilege separation directory is made by its service unit, not its package.
+		Command:        append([]string{"/bin/sh", "-c", `mkdir -p -m 0755 /run/sshd && exec /usr/sbin/sshd "$@"`, "sshd"}, sshdArgs(port)...),
+		Ports:          []v1.ContainerPort{{Name: "ssh", ContainerPort: port}},
+		ReadinessProbe: &v1.Probe{ProbeHandler: v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromString("ssh")}}, PeriodSeconds: 5},
+		VolumeMounts:   mounts,
+	})
+}
+
+// loginService fills the Service of a LoginSet with ssh: its port to sshd of its pods.
+func loginService(c *slurmv1.SlurmCluster, set *slurmv1.LoginSetSpec, svc *v1.Service) {
+	labels := componentLabels(c, componentLogin)
+	labels[loginSetLabel] = set.Name
+	svc.Labels = labels
+	svc.Spec.Selector = labels
+	svc.Spec.Type = set.SSH.ServiceType
+	if svc.Spec.Type == "" {
+		svc.Spec.Type = v1.ServiceTypeClusterIP
+	}
+	port := SSHPort(set.SSH)
+	svc.Spec.Ports = []v1.ServicePort{{Name: "ssh", Port: port, TargetPort: intstr.FromString("ssh")}}
+}
+
+// generateHostKey creates the login pods' ssh host key Secret unless it exists.
+func (r *Reconciler) generateHostKey(ctx context.Context, c *slurmv1.SlurmCluster) error {
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	block, err := ssh.MarshalPrivateKey(key, c.Namespace+"/"+c.Name+" login")
+	if err != nil {
+		return err
+	}
+	name := SSHHostKeySecret(c)
+	created, err := r.createSecret(ctx, c, name, SSHHostKeyName, pem.EncodeToMemory(block))
+	if created {
+		r.Recorder.Eventf(c, nil, v1.EventTypeNormal, wellknown.EventSlurmKeyGenerated, "GenerateKey",
+			"Generated the login pods' ssh host key into Secret %s", name)
+	}
+	return err
 }
 
 // sssdDirs are sssd's state directories, each an emptyDir of the pod: its cache ("db"), and
@@ -139,11 +238,26 @@ func addSSSD(pod *v1.PodSpec, ref *v1.SecretKeySelector) {
 // LoginSets that are gone, and sets LoginsReady. It asks to be called again while a
 // LoginSet's sssd.conf Secret is missing (Secrets are not watched).
 func (r *Reconciler) ensureLogins(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus) (bool, error) {
-	want := map[string]bool{}
+	want, wantService := map[string]bool{}, map[string]bool{}
 	var deployments []*appsv1.Deployment
 	if keysReady(status) && status.ConfigMap != "" {
+		if slices.ContainsFunc(c.Spec.LoginSets, func(s slurmv1.LoginSetSpec) bool { return s.SSH != nil }) {
+			if err := r.generateHostKey(ctx, c); err != nil {
+				return false, err
+			}
+		}
 		for i := range c.Spec.LoginSets {
 			set := &c.Spec.LoginSets[i]
+			if set.SSH != nil {
+				svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: LoginName(c, set.Name)}}
+				wantService[svc.Name] = true
+				if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, svc, func() error {
+					loginService(c, set, svc)
+					return controllerutil.SetControllerReference(c, svc, r.Client.Scheme())
+				}); err != nil {
+					return false, fmt.Errorf("login Service %s: %w", svc.Name, err)
+				}
+			}
 			d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: LoginName(c, set.Name)}}
 			want[d.Name] = true
 			if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, d, func() error {
@@ -155,18 +269,33 @@ func (r *Reconciler) ensureLogins(ctx context.Context, c *slurmv1.SlurmCluster, 
 			deployments = append(deployments, d)
 		}
 	}
-	list := &appsv1.DeploymentList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels(componentLabels(c, componentLogin))); err != nil {
-		return false, fmt.Errorf("listing login Deployments: %w", err)
+	if err := r.pruneLoginObjects(ctx, c, &appsv1.DeploymentList{}, want); err != nil {
+		return false, err
 	}
-	for i := range list.Items {
-		if d := &list.Items[i]; !want[d.Name] && metav1.IsControlledBy(d, c) {
-			if err := r.deleteOwned(ctx, c, d); err != nil {
-				return false, err
+	if err := r.pruneLoginObjects(ctx, c, &v1.ServiceList{}, wantService); err != nil {
+		return false, err
+	}
+	return r.loginsReady(ctx, c, status, deployments)
+}
+
+// pruneLoginObjects deletes the cluster's login objects of list's kind that want does not
+// name (those of LoginSets gone from the spec, or Services of sets without ssh).
+func (r *Reconciler) pruneLoginObjects(ctx context.Context, c *slurmv1.SlurmCluster, list client.ObjectList, want map[string]bool) error {
+	if err := r.Client.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels(componentLabels(c, componentLogin))); err != nil {
+		return fmt.Errorf("listing login objects: %w", err)
+	}
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		return err
+	}
+	for _, item := range items {
+		if o, ok := item.(client.Object); ok && !want[o.GetName()] && metav1.IsControlledBy(o, c) {
+			if err := r.deleteOwned(ctx, c, o); err != nil {
+				return err
 			}
 		}
 	}
-	return r.loginsReady(ctx, c, status, deployments)
+	return nil
 }
 
 // loginsReady sets LoginsReady: False with the first LoginSet whose sssd.conf Secret is

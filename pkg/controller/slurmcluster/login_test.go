@@ -11,6 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"golang.org/x/crypto/ssh"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
@@ -118,4 +120,75 @@ func TestLoginsReadyCondition(t *testing.T) {
 	f.update(func(c *slurmv1.SlurmCluster) { c.Spec.LoginSets = nil })
 	f.reconcile()
 	assert.Nil(t, meta.FindStatusCondition(f.cluster().Status.Conditions, slurmv1.ConditionLoginsReady))
+}
+
+// A LoginSet with ssh: the controller generates one ed25519 host key Secret for the
+// cluster (never rewritten), each login pod runs sshd with it beside sackd and sssd, seeing
+// what the login container sees but the auth/slurm key, and a Service of the asked type
+// reaches sshd. Without ssh, the container and the Service go.
+func TestLoginSSH(t *testing.T) {
+	c := newCluster()
+	c.Spec.LoginSets = []slurmv1.LoginSetSpec{{Name: "ldap",
+		SSSDConfRef: &v1.SecretKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "sssd"}, Key: "conf"},
+		SSH:         &slurmv1.LoginSSHSpec{Port: 2222, ServiceType: v1.ServiceTypeNodePort}}}
+	f := newFixture(t, c)
+	f.events()
+	f.reconcile()
+	ctx := context.Background()
+
+	secret := &v1.Secret{}
+	require.NoError(t, f.kube.Get(ctx, client.ObjectKey{Namespace: "hpc", Name: "slurm-ssh-host-key"}, secret))
+	assert.True(t, metav1.IsControlledBy(secret, f.cluster()))
+	key, err := ssh.ParsePrivateKey(secret.Data[SSHHostKeyName])
+	require.NoError(t, err)
+	assert.Equal(t, ssh.KeyAlgoED25519, key.PublicKey().Type())
+	assert.Contains(t, f.events(), "Normal SlurmKeyGenerated Generated the login pods' ssh host key into Secret slurm-ssh-host-key")
+
+	d := &appsv1.Deployment{}
+	require.NoError(t, f.kube.Get(ctx, client.ObjectKey{Namespace: "hpc", Name: "slurm-login-ldap"}, d))
+	spec := d.Spec.Template.Spec
+	require.Len(t, spec.Containers, 3)
+	sshd := spec.Containers[2]
+	assert.Equal(t, "sshd", sshd.Name)
+	assert.Equal(t, DefaultLoginImage, sshd.Image)
+	assert.Equal(t, []string{"/bin/sh", "-c", `mkdir -p -m 0755 /run/sshd && exec /usr/sbin/sshd "$@"`, "sshd",
+		"-D", "-e", "-p", "2222", "-h", "/etc/ssh/kubeslurm/ssh_host_ed25519_key",
+		"-o", "PidFile=none", "-o", "UsePAM=yes", "-o", "PasswordAuthentication=yes", "-o", "KbdInteractiveAuthentication=yes",
+		"-o", "PermitRootLogin=no", "-o", "AuthorizedKeysCommand=/usr/bin/sss_ssh_authorizedkeys", "-o", "AuthorizedKeysCommandUser=nobody"}, sshd.Command)
+	assert.Equal(t, []v1.ContainerPort{{Name: "ssh", ContainerPort: 2222}}, sshd.Ports)
+	assert.Equal(t, intstr.FromString("ssh"), sshd.ReadinessProbe.TCPSocket.Port)
+	mounts := map[string]string{}
+	for _, m := range sshd.VolumeMounts {
+		mounts[m.Name] = m.MountPath
+	}
+	assert.Equal(t, map[string]string{"run": "/run/slurm", "etc": "/etc/slurm", "sssd-pipes": "/var/lib/sss/pipes",
+		"sssd-mc": "/var/lib/sss/mc", "ssh-host-key": "/etc/ssh/kubeslurm"}, mounts, "not the auth/slurm key")
+	var hostKey *v1.Volume
+	for i := range spec.Volumes {
+		if spec.Volumes[i].Name == "ssh-host-key" {
+			hostKey = &spec.Volumes[i]
+		}
+	}
+	require.NotNil(t, hostKey)
+	assert.Equal(t, "slurm-ssh-host-key", hostKey.Secret.SecretName)
+	assert.Equal(t, int32(0o400), *hostKey.Secret.DefaultMode)
+
+	svc := &v1.Service{}
+	require.NoError(t, f.kube.Get(ctx, client.ObjectKey{Namespace: "hpc", Name: "slurm-login-ldap"}, svc))
+	assert.Equal(t, v1.ServiceTypeNodePort, svc.Spec.Type)
+	assert.Equal(t, []v1.ServicePort{{Name: "ssh", Port: 2222, TargetPort: intstr.FromString("ssh")}}, svc.Spec.Ports)
+	assert.Equal(t, d.Spec.Template.Labels, svc.Spec.Selector)
+
+	// The Secret is never written again: the same key on the next pass.
+	f.reconcile()
+	again := &v1.Secret{}
+	require.NoError(t, f.kube.Get(ctx, client.ObjectKeyFromObject(secret), again))
+	assert.Equal(t, secret.Data, again.Data)
+	assert.NotContains(t, f.events(), "SlurmKeyGenerated")
+
+	f.update(func(c *slurmv1.SlurmCluster) { c.Spec.LoginSets[0].SSH = nil })
+	f.reconcile()
+	require.NoError(t, f.kube.Get(ctx, client.ObjectKeyFromObject(d), d))
+	assert.Len(t, d.Spec.Template.Spec.Containers, 2)
+	assert.True(t, apierrors.IsNotFound(f.kube.Get(ctx, client.ObjectKeyFromObject(svc), &v1.Service{})), "the Service goes with ssh")
 }

@@ -295,6 +295,12 @@ func (r *Reconciler) generateKey(ctx context.Context, c *slurmv1.SlurmCluster, n
 	if _, err := rand.Read(b); err != nil {
 		return false, err
 	}
+	return r.createSecret(ctx, c, name, key, b)
+}
+
+// createSecret creates the cluster's Secret name with data under key, unless it exists
+// (reported as not created; an existing Secret is never written to).
+func (r *Reconciler) createSecret(ctx context.Context, c *slurmv1.SlurmCluster, name, key string, b []byte) (bool, error) {
 	s := &v1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name, Labels: map[string]string{wellknown.SlurmClusterLabel: c.Name}},
 		Type:       v1.SecretTypeOpaque,
