@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -29,11 +31,21 @@ import (
 // $LDIF, in the foreground (-d) so that SIGTERM stops it.
 const slapdScript = `set -e
 mkdir "$DIR/db"
+# OpenSSH-LPK's schema (users' sshPublicKey, which sssd's ssh service reads); Debian's slapd
+# does not ship it.
+cat >"$DIR/openssh-lpk.schema" <<'SCHEMA'
+attributetype ( 1.3.6.1.4.1.24552.500.1.1.1.13 NAME 'sshPublicKey'
+  DESC 'OpenSSH public key' EQUALITY octetStringMatch
+  SYNTAX 1.3.6.1.4.1.1466.115.121.1.40 )
+objectclass ( 1.3.6.1.4.1.24552.500.1.1.2.0 NAME 'ldapPublicKey' SUP top AUXILIARY
+  DESC 'OpenSSH LPK objectclass' MAY ( sshPublicKey $ uid ) )
+SCHEMA
 cat >"$DIR/slapd.conf" <<CONF
 include /etc/ldap/schema/core.schema
 include /etc/ldap/schema/cosine.schema
 include /etc/ldap/schema/nis.schema
 include /etc/ldap/schema/inetorgperson.schema
+include $DIR/openssh-lpk.schema
 modulepath /usr/lib/ldap
 moduleload back_mdb
 pidfile $DIR/slapd.pid
@@ -51,9 +63,11 @@ exec slapd -f "$DIR/slapd.conf" -h "ldap://127.0.0.1:$PORT/" -d 0
 // alicePassword is alice's password in the test directory (a simple bind checks it).
 const alicePassword = "wonderland-42"
 
-// directoryLDIF is the test directory: user alice (uid 20001) in group hpc (gid 20000),
-// neither of them in the Slurm root's /etc/passwd or /etc/group.
-const directoryLDIF = `dn: dc=kubeslurm,dc=test
+// directoryLDIF is the test directory: user alice (uid 20001, her password alicePassword,
+// her ssh public key aliceKey, an authorized_keys line) in group hpc (gid 20000), neither of
+// them in the Slurm root's /etc/passwd or /etc/group.
+func directoryLDIF(aliceKey string) string {
+	return `dn: dc=kubeslurm,dc=test
 objectClass: dcObject
 objectClass: organization
 o: kubeslurm
@@ -70,6 +84,7 @@ ou: groups
 dn: uid=alice,ou=people,dc=kubeslurm,dc=test
 objectClass: inetOrgPerson
 objectClass: posixAccount
+objectClass: ldapPublicKey
 uid: alice
 cn: Alice
 sn: Liddell
@@ -78,12 +93,14 @@ gidNumber: 20000
 homeDirectory: /tmp
 loginShell: /bin/sh
 userPassword: ` + alicePassword + `
+sshPublicKey: ` + aliceKey + `
 
 dn: cn=hpc,ou=groups,dc=kubeslurm,dc=test
 objectClass: posixGroup
 cn: hpc
 gidNumber: 20000
 memberUid: alice`
+}
 
 // execInPod runs command in a running container of a pod of the pod runner, as `kubectl
 // exec` would: in the container's mount and UTS namespaces and root (nsenter on its main
@@ -112,7 +129,12 @@ func TestSlurmClusterLoginSSSD(t *testing.T) {
 	ctx := context.Background()
 	startPodRunner(t)
 	ns := namespace(t)
-	startRootDaemon(t, "slapd", 3389, slapdScript, "LDIF="+directoryLDIF)
+	_, aliceKey, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	aliceSigner, err := ssh.NewSignerFromKey(aliceKey)
+	require.NoError(t, err)
+	startRootDaemon(t, "slapd", 3389, slapdScript,
+		"LDIF="+directoryLDIF(strings.TrimSpace(string(ssh.MarshalAuthorizedKey(aliceSigner.PublicKey())))))
 	applyExample(t, ns, "slurmcluster-login-sssd.yaml")
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -192,7 +214,7 @@ func TestSlurmClusterLoginSSSD(t *testing.T) {
 	// and submits there; the host key is the one of the Secret the controller generated,
 	// and a replacement login pod presents it too.
 	hostKey := loginHostKey(t, ns, c)
-	out, err = sshRun(t, "alice", alicePassword, hostKey, `id -un; id -gn; sbatch --parsable --chdir /tmp --output /dev/null --wrap 'test "$(id -u)" = 20001'`)
+	out, err = sshRun(t, "alice", ssh.Password(alicePassword), hostKey, `id -un; id -gn; sbatch --parsable --chdir /tmp --output /dev/null --wrap 'test "$(id -u)" = 20001'`)
 	require.NoError(t, err, out)
 	lines := strings.Fields(out)
 	require.Len(t, lines, 3, out)
@@ -203,11 +225,23 @@ func TestSlurmClusterLoginSSSD(t *testing.T) {
 	})
 	assert.Equal(t, "COMPLETED", regexpField(show, "JobState"), show)
 	assert.Equal(t, "20001(20001)", regexpField(show, "UserId"), show)
-	out, err = sshRun(t, "alice", "not-her-password", hostKey, "true")
+	out, err = sshRun(t, "alice", ssh.Password("not-her-password"), hostKey, "true")
 	assert.ErrorContains(t, err, "unable to authenticate", "a wrong password is refused: %s", out)
+	// Her public key, from the directory through sssd's ssh service, logs her in too; another
+	// key does not.
+	out, err = sshRun(t, "alice", ssh.PublicKeys(aliceSigner), hostKey, "id -un")
+	require.NoError(t, err, out)
+	assert.Equal(t, "alice", strings.TrimSpace(out))
+	_, otherKey, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	otherSigner, err := ssh.NewSignerFromKey(otherKey)
+	require.NoError(t, err)
+	out, err = sshRun(t, "alice", ssh.PublicKeys(otherSigner), hostKey, "true")
+	assert.ErrorContains(t, err, "unable to authenticate", "a key the directory does not hold is refused: %s", out)
+
 	require.NoError(t, kube.CoreV1().Pods(ns).Delete(ctx, login, metav1.DeleteOptions{}))
 	eventually(t, 90*time.Second, "a new login pod's sshd answers with the same host key", func() bool {
-		out, err = sshRun(t, "alice", alicePassword, hostKey, "id -u")
+		out, err = sshRun(t, "alice", ssh.Password(alicePassword), hostKey, "id -u")
 		return err == nil && strings.TrimSpace(out) == "20001"
 	})
 
@@ -246,11 +280,11 @@ func loginHostKey(t *testing.T, ns string, c *slurmv1.SlurmCluster) ssh.PublicKe
 	return key.PublicKey()
 }
 
-// sshRun runs command in a session as user, with a password, on the login pod's sshd, which
-// must present hostKey; it returns the session's combined output.
-func sshRun(t *testing.T, user, password string, hostKey ssh.PublicKey, command string) (string, error) {
+// sshRun runs command in a session as user, authenticated by auth, on the login pod's sshd,
+// which must present hostKey; it returns the session's combined output.
+func sshRun(t *testing.T, user string, auth ssh.AuthMethod, hostKey ssh.PublicKey, command string) (string, error) {
 	t.Helper()
-	conn, err := ssh.Dial("tcp", loginSSHAddr, &ssh.ClientConfig{User: user, Auth: []ssh.AuthMethod{ssh.Password(password)},
+	conn, err := ssh.Dial("tcp", loginSSHAddr, &ssh.ClientConfig{User: user, Auth: []ssh.AuthMethod{auth},
 		HostKeyCallback: ssh.FixedHostKey(hostKey), Timeout: 10 * time.Second})
 	if err != nil {
 		return "", err
