@@ -239,6 +239,27 @@ func TestSlurmClusterLoginSSSD(t *testing.T) {
 	out, err = sshRun(t, "alice", ssh.PublicKeys(otherSigner), hostKey, "true")
 	assert.ErrorContains(t, err, "unable to authenticate", "a key the directory does not hold is refused: %s", out)
 
+	// The example's shared home (claim "home" at /home in the login and worker pods): what
+	// alice writes there on the login pod, her job reads on the worker, and what the job
+	// writes, she reads back. Both check that /home is a mount of their own: without one,
+	// they would share the Slurm root's /home on this one host. The admin makes her home
+	// (the claim's root is 0770 root's on the local cluster).
+	mountedHome := `grep -q " /home " /proc/self/mountinfo`
+	out, err = inLogin("/bin/sh", "-c", mountedHome+" && chmod 0755 /home && install -d -o 20001 -g 20000 /home/alice")
+	require.NoError(t, err, "/home is a mount in the login pod: %s", out)
+	out, err = sshRun(t, "alice", ssh.PublicKeys(aliceSigner), hostKey,
+		`echo from-login > /home/alice/in.txt && sbatch --parsable --chdir /home/alice --output /dev/null --wrap '`+mountedHome+` && cp in.txt out.txt'`)
+	require.NoError(t, err, out)
+	homeJob := strings.TrimSpace(out)
+	eventually(t, 90*time.Second, "job "+homeJob+" in alice's home COMPLETED", func() bool {
+		show, _ = slurmCommand(t, c, "/usr/bin/scontrol", "show", "job", "-o", homeJob)
+		return regexpField(show, "JobState") == "COMPLETED" || regexpField(show, "JobState") == "FAILED"
+	})
+	assert.Equal(t, "COMPLETED", regexpField(show, "JobState"), show)
+	out, err = sshRun(t, "alice", ssh.PublicKeys(aliceSigner), hostKey, "cat /home/alice/out.txt")
+	require.NoError(t, err, out)
+	assert.Equal(t, "from-login", strings.TrimSpace(out), "the job's file, written on the worker")
+
 	require.NoError(t, kube.CoreV1().Pods(ns).Delete(ctx, login, metav1.DeleteOptions{}))
 	eventually(t, 90*time.Second, "a new login pod's sshd answers with the same host key", func() bool {
 		out, err = sshRun(t, "alice", ssh.Password(alicePassword), hostKey, "id -u")

@@ -252,6 +252,25 @@ type NodeSetSpec struct {
 	// finds the devices). DaemonSet mode only. Absent: no GRES.
 	// +optional
 	GPUs *NodeSetGPUs `json:"gpus,omitempty"`
+	// Storage the workers' jobs see (shared home and project filesystems: NFS, a
+	// ReadWriteMany claim, ...), mounted into the slurmd container, where jobs run.
+	PodStorage `json:",inline"`
+}
+
+// PodStorage is volumes of the user's, and where the daemon's container mounts them.
+// Names and paths kubeslurm uses for its own volumes are refused (ConfigValid=False).
+type PodStorage struct {
+	// Volumes as in a pod's spec. Not checked field by field here (a Volume's full schema,
+	// once per section, would take the CRD past what `kubectl apply` can store); the API
+	// server checks them in the pods kubeslurm makes.
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +optional
+	Volumes []corev1.Volume `json:"volumes,omitempty"`
+	// +listType=map
+	// +listMapKey=mountPath
+	// +optional
+	VolumeMounts []corev1.VolumeMount `json:"volumeMounts,omitempty"`
 }
 
 // GPUResourceName is the node resource counted as the set's GPUs.
@@ -405,6 +424,9 @@ type LoginSetSpec struct {
 	// of the LoginSet. Needs sssdConfRef: the image has no users of its own to log in as.
 	// +optional
 	SSH *LoginSSHSpec `json:"ssh,omitempty"`
+	// Storage the users see in the login pods (their homes, the filesystems the workers
+	// mount), mounted into the login and sshd containers.
+	PodStorage `json:",inline"`
 }
 
 // LoginSSHSpec is a LoginSet's ssh access.

@@ -51,7 +51,7 @@ func LoginName(c *slurmv1.SlurmCluster, set string) string { return c.Name + "-l
 // the rest (kubectl exec). Each runs sackd, configless: it fetches slurm.conf from slurmctld
 // and hands Slurm's commands their auth/slurm credentials, so the pod holds the key but no
 // configuration of its own. A pod is ready once `sinfo` answers through it.
-func loginDeployment(c *slurmv1.SlurmCluster, set *slurmv1.LoginSetSpec, d *appsv1.Deployment) {
+func loginDeployment(c *slurmv1.SlurmCluster, set *slurmv1.LoginSetSpec, d *appsv1.Deployment) error {
 	labels := componentLabels(c, componentLogin)
 	labels[loginSetLabel] = set.Name
 	image := set.Image
@@ -99,9 +99,13 @@ func loginDeployment(c *slurmv1.SlurmCluster, set *slurmv1.LoginSetSpec, d *apps
 	if set.SSSDConfRef != nil {
 		addSSSD(&d.Spec.Template.Spec, set.SSSDConfRef)
 	}
+	users := []int{0} // the containers users work in: login, and sshd's sessions
 	if set.SSH != nil {
 		addSSH(&d.Spec.Template.Spec, c, set.SSH)
+		users = append(users, len(d.Spec.Template.Spec.Containers)-1)
 	}
+	// Last, so that it is checked against every volume and mount of kubeslurm's.
+	return addStorage(&d.Spec.Template.Spec, set.PodStorage, users...)
 }
 
 // SSHHostKeySecret names the Secret of the login pods' ssh host key (key SSHHostKeyName,
@@ -261,7 +265,9 @@ func (r *Reconciler) ensureLogins(ctx context.Context, c *slurmv1.SlurmCluster, 
 			d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: LoginName(c, set.Name)}}
 			want[d.Name] = true
 			if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, d, func() error {
-				loginDeployment(c, set, d)
+				if err := loginDeployment(c, set, d); err != nil {
+					return err
+				}
 				return controllerutil.SetControllerReference(c, d, r.Client.Scheme())
 			}); err != nil {
 				return false, fmt.Errorf("login Deployment %s: %w", d.Name, err)

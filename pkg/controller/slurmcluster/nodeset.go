@@ -259,6 +259,9 @@ func workerPod(c *slurmv1.SlurmCluster, w worker) (*v1.Pod, error) {
 			return nil, err
 		}
 	}
+	if err := addStorage(&pod.Spec, w.set.PodStorage, 0); err != nil {
+		return nil, err
+	}
 	pod.Annotations[workerSpecAnnotation] = specHash(pod.Spec)
 	return pod, nil
 }

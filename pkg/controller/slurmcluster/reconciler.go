@@ -183,16 +183,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.ensureRestAPI(ctx, c, status); err != nil {
 		return ctrl.Result{}, err
 	}
-	if poll, err := r.ensureLogins(ctx, c, status); err != nil {
-		return ctrl.Result{}, err
-	} else if poll {
-		requeueWithin(&result, keyRetry)
+	// Storage the pods cannot take (ConfigValid says why) leaves the login and worker pods
+	// as they are, as an invalid configuration leaves the running one.
+	if validateStorage(c) == nil {
+		if poll, err := r.ensureLogins(ctx, c, status); err != nil {
+			return ctrl.Result{}, err
+		} else if poll {
+			requeueWithin(&result, keyRetry)
+		}
+		ready, err := r.ensureWorkers(ctx, c, status, want)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		status.DesiredWorkers, status.ReadyWorkers = int32(len(want)), ready
 	}
-	ready, err := r.ensureWorkers(ctx, c, status, want)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	status.DesiredWorkers, status.ReadyWorkers = int32(len(want)), ready
 	if r.observeSlurm(ctx, c, status, want) {
 		requeueWithin(&result, observePoll)
 	}
@@ -335,6 +339,9 @@ func (r *Reconciler) ensureConfig(ctx context.Context, c *slurmv1.SlurmCluster, 
 		opts, badBlocks = append(opts, slurmconf.WithTopology(t)), bad
 	}
 	files, err := slurmconf.Render(c, opts...)
+	if err == nil {
+		err = validateStorage(c)
+	}
 	if err != nil {
 		msg := err.Error() + "; the last valid configuration stays in place"
 		if setCondition(status, c.Generation, slurmv1.ConditionConfigValid, metav1.ConditionFalse, ReasonInvalidConfig, msg) {
