@@ -239,6 +239,12 @@ func TestSlurmClusterLoginSSSD(t *testing.T) {
 	out, err = sshRun(t, "alice", ssh.PublicKeys(otherSigner), hostKey, "true")
 	assert.ErrorContains(t, err, "unable to authenticate", "a key the directory does not hold is refused: %s", out)
 
+	// An interactive step: srun on the login pod, its task on the worker, which connects
+	// back to srun for its output.
+	out, err = sshRun(t, "alice", ssh.PublicKeys(aliceSigner), hostKey, "srun -N1 --chdir /tmp id -u")
+	require.NoError(t, err, out)
+	assert.Equal(t, "20001", strings.TrimSpace(out))
+
 	// The example's shared home (claim "home" at /home in the login and worker pods): what
 	// alice writes there on the login pod, her job reads on the worker, and what the job
 	// writes, she reads back. Both check that /home is a mount of their own: without one,
