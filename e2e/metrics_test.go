@@ -74,7 +74,18 @@ func TestMetricsEndpoints(t *testing.T) {
 	eventually(t, 10*time.Second, "taint lifted from "+node, func() bool { return !hasSlurmTaint(getNode(t, node)) })
 
 	sched := mustScrape(t, schedulerMetricsURL, token)
+	// The controller observes a drain's lag just after its write lands, so the taint can be
+	// seen gone a moment before the second observation: scrape until both directions show
+	// the drain and the undrain, for up to 10 s (the assertions below then say what is missing).
 	ctrl := mustScrape(t, controllerMetricsURL, "")
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); ctrl = mustScrape(t, controllerMetricsURL, "") {
+		lag := `kubeslurm_drain_sync_lag_seconds_count{direction="%s"}`
+		toSlurm, toKube := fmt.Sprintf(lag, "to_slurm"), fmt.Sprintf(lag, "to_kubernetes")
+		if ctrl[toSlurm]-ctrlBefore[toSlurm] >= 2 && ctrl[toKube]-ctrlBefore[toKube] >= 2 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	// The node's restore (a cleanup, run before the namespace's) waits for idle nodes.
 	require.NoError(t, kube.CoreV1().Pods(ns).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)}))
 	waitGone(t, ns, p.Name, 60*time.Second)

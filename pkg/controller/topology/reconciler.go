@@ -105,6 +105,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	// The watcher can lag a setting just changed (by this reconciler or an admin): a block
+	// dropped on its word can still be named in slurmctld, and a setting moved on its word
+	// may have moved already. So every change is decided on slurmctld's own reading.
+	// Unreadable means nothing is changed.
+	fromSlurm := false
+	readSlurm := func() error {
+		fresh, err := r.Slurm.ListNodes(ctx)
+		if err != nil {
+			return fmt.Errorf("reading Slurm's nodes before a topology change: %w", err)
+		}
+		settings, fromSlurm = settingsOf(fresh), true
+		return nil
+	}
 	r.mu.Lock()
 	applied, last := r.applied, r.lastReconfigure
 	r.mu.Unlock()
@@ -112,14 +125,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		if wait := r.MinReconfigureInterval - time.Since(last); wait > 0 {
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
-		// The watcher can lag a setting just changed (by this reconciler or an admin), and
-		// a block dropped on its word can still be named in slurmctld: read slurmctld
-		// itself before it re-reads the file. Unreadable means nothing is written.
-		fresh, err := r.Slurm.ListNodes(ctx)
-		if err != nil {
-			return ctrl.Result{}, fmt.Errorf("reading Slurm's nodes before a topology change: %w", err)
+		if err := readSlurm(); err != nil {
+			return ctrl.Result{}, err
 		}
-		settings = settingsOf(fresh)
 		if topo, content, err = r.build(byName, nodes, settings); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -141,17 +149,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	// A node's own setting overrides the file: bring it to its block (live, no reconfigure;
 	// the block exists now that Slurm has read the file). The block it leaves goes from
 	// the file on a later pass, once slurmctld shows the new setting.
+	moves := r.settingMoves(topo, settings)
+	if len(moves) > 0 && !fromSlurm {
+		if err := readSlurm(); err != nil {
+			return ctrl.Result{}, err
+		}
+		moves = r.settingMoves(topo, settings)
+	}
 	var failed []error
-	for _, name := range slices.Sorted(maps.Keys(settings)) {
-		own := settings[name]
-		if own == "" {
-			continue
-		}
-		block, _ := topo.BlockOfNode(name)
-		want := r.Config.NodeTopology(block)
-		if own == want {
-			continue
-		}
+	for _, name := range slices.Sorted(maps.Keys(moves)) {
+		own, want := settings[name], moves[name]
 		if err := r.Slurm.SetNodeTopology(ctx, name, want); err != nil {
 			failed = append(failed, err)
 			continue
@@ -163,6 +170,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		}
 	}
 	return ctrl.Result{}, errors.Join(failed...)
+}
+
+// settingMoves is, for each node whose own setting names another block than topo gives
+// it, the setting it should have.
+func (r *Reconciler) settingMoves(topo topology.Topology, settings map[string]string) map[string]string {
+	out := map[string]string{}
+	for name, own := range settings {
+		if own == "" {
+			continue
+		}
+		block, _ := topo.BlockOfNode(name)
+		if want := r.Config.NodeTopology(block); own != want {
+			out[name] = want
+		}
+	}
+	return out
 }
 
 // cachedSettings is each Slurm node's own topology setting ("" when it follows the

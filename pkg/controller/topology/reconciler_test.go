@@ -260,3 +260,20 @@ func TestUnreadableSlurmWritesNoTopologyChange(t *testing.T) {
 	assert.True(t, os.IsNotExist(statErr), "nothing written on the watcher's word alone")
 	assert.Zero(t, f.slurm.reconfigures)
 }
+
+// Once a setting has moved in slurmctld, a watcher still showing the old one does not move
+// it again (nor tell the node twice).
+func TestLaggingWatcherDoesNotMoveASettingTwice(t *testing.T) {
+	f := newFixture(t, []string{"n1"}, node("n1", "a"))
+	f.slurm.nodes["n1"] = slurm.Node{Name: "n1", Topology: "kubeslurm:b"}
+	_, err := f.reconcile(t)
+	require.NoError(t, err)
+	require.Equal(t, []string{"n1=kubeslurm:a"}, f.slurm.sets)
+	f.Events()
+
+	f.slurm.watched = map[string]slurm.Node{"n1": {Name: "n1", Topology: "kubeslurm:b"}}
+	_, err = f.reconcile(t)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"n1=kubeslurm:a"}, f.slurm.sets, "slurmctld already has it")
+	assert.NotContains(t, f.Events(), "replaced by")
+}
