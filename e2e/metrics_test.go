@@ -77,10 +77,10 @@ func TestMetricsEndpoints(t *testing.T) {
 	// The controller observes a drain's lag just after its write lands, so the taint can be
 	// seen gone a moment before the second observation: scrape until both directions show
 	// the drain and the undrain, for up to 10 s (the assertions below then say what is missing).
+	toSlurm := `kubeslurm_drain_sync_lag_seconds_count{direction="to_slurm"}`
+	toKube := `kubeslurm_drain_sync_lag_seconds_count{direction="to_kubernetes"}`
 	ctrl := mustScrape(t, controllerMetricsURL, "")
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); ctrl = mustScrape(t, controllerMetricsURL, "") {
-		lag := `kubeslurm_drain_sync_lag_seconds_count{direction="%s"}`
-		toSlurm, toKube := fmt.Sprintf(lag, "to_slurm"), fmt.Sprintf(lag, "to_kubernetes")
 		if ctrl[toSlurm]-ctrlBefore[toSlurm] >= 2 && ctrl[toKube]-ctrlBefore[toKube] >= 2 {
 			break
 		}
@@ -114,8 +114,8 @@ func TestMetricsEndpoints(t *testing.T) {
 	present(`kubeslurm_slurmrestd_request_errors_total{operation="list_jobs",reason="unavailable"}`, sched)
 
 	// Controller: drain sync both ways (drain and undrain, taint and its removal), its calls.
-	grew(`kubeslurm_drain_sync_lag_seconds_count{direction="to_slurm"}`, ctrlBefore, ctrl, 2)
-	grew(`kubeslurm_drain_sync_lag_seconds_count{direction="to_kubernetes"}`, ctrlBefore, ctrl, 2)
+	grew(toSlurm, ctrlBefore, ctrl, 2)
+	grew(toKube, ctrlBefore, ctrl, 2)
 	grew(`kubeslurm_slurmrestd_requests_total{code="ok",operation="drain_node"}`, ctrlBefore, ctrl, 1)
 	grew(`kubeslurm_slurmrestd_requests_total{code="ok",operation="undrain_node"}`, ctrlBefore, ctrl, 1)
 	grew(`kubeslurm_slurmrestd_requests_total{code="ok",operation="list_nodes"}`, ctrlBefore, ctrl, 1)

@@ -192,12 +192,7 @@ func TestSlurmClusterLoginSSSD(t *testing.T) {
 	m := regexp.MustCompile(`Submitted batch job (\d+)`).FindStringSubmatch(out)
 	require.NotNil(t, m, out)
 	id, _ := strconv.Atoi(m[1])
-	var show string
-	eventually(t, 90*time.Second, "job "+m[1]+" COMPLETED", func() bool {
-		show, _ = slurmCommand(t, c, "/usr/bin/scontrol", "show", "job", "-o", m[1])
-		return regexpField(show, "JobState") == "COMPLETED" || regexpField(show, "JobState") == "FAILED"
-	})
-	assert.Equal(t, "COMPLETED", regexpField(show, "JobState"), show)
+	show := waitClusterJobCompleted(t, c, m[1])
 	// Outside the login pod the ids have no names; inside, scontrol names them.
 	assert.Equal(t, "20001(20001)", regexpField(show, "UserId"), show)
 	show, err = inLogin("/usr/bin/scontrol", "show", "job", "-o", m[1])
@@ -219,11 +214,7 @@ func TestSlurmClusterLoginSSSD(t *testing.T) {
 	lines := strings.Fields(out)
 	require.Len(t, lines, 3, out)
 	assert.Equal(t, []string{"alice", "hpc"}, lines[:2])
-	eventually(t, 90*time.Second, "alice's job "+lines[2]+" over ssh COMPLETED", func() bool {
-		show, _ = slurmCommand(t, c, "/usr/bin/scontrol", "show", "job", "-o", lines[2])
-		return regexpField(show, "JobState") == "COMPLETED" || regexpField(show, "JobState") == "FAILED"
-	})
-	assert.Equal(t, "COMPLETED", regexpField(show, "JobState"), show)
+	show = waitClusterJobCompleted(t, c, lines[2])
 	assert.Equal(t, "20001(20001)", regexpField(show, "UserId"), show)
 	out, err = sshRun(t, "alice", ssh.Password("not-her-password"), hostKey, "true")
 	assert.ErrorContains(t, err, "unable to authenticate", "a wrong password is refused: %s", out)
@@ -256,12 +247,7 @@ func TestSlurmClusterLoginSSSD(t *testing.T) {
 	out, err = sshRun(t, "alice", ssh.PublicKeys(aliceSigner), hostKey,
 		`echo from-login > /home/alice/in.txt && sbatch --parsable --chdir /home/alice --output /dev/null --wrap '`+mountedHome+` && cp in.txt out.txt'`)
 	require.NoError(t, err, out)
-	homeJob := strings.TrimSpace(out)
-	eventually(t, 90*time.Second, "job "+homeJob+" in alice's home COMPLETED", func() bool {
-		show, _ = slurmCommand(t, c, "/usr/bin/scontrol", "show", "job", "-o", homeJob)
-		return regexpField(show, "JobState") == "COMPLETED" || regexpField(show, "JobState") == "FAILED"
-	})
-	assert.Equal(t, "COMPLETED", regexpField(show, "JobState"), show)
+	waitClusterJobCompleted(t, c, strings.TrimSpace(out))
 	out, err = sshRun(t, "alice", ssh.PublicKeys(aliceSigner), hostKey, "cat /home/alice/out.txt")
 	require.NoError(t, err, out)
 	assert.Equal(t, "from-login", strings.TrimSpace(out), "the job's file, written on the worker")
@@ -324,4 +310,17 @@ func sshRun(t *testing.T, user string, auth ssh.AuthMethod, hostKey ssh.PublicKe
 	defer session.Close()
 	out, err := session.CombinedOutput(command)
 	return string(out), err
+}
+
+// waitClusterJobCompleted waits until job id of c's Slurm has ended, asserts that it
+// COMPLETED, and returns its `scontrol show job -o` line.
+func waitClusterJobCompleted(t *testing.T, c *slurmv1.SlurmCluster, id string) string {
+	t.Helper()
+	var show string
+	eventually(t, 90*time.Second, "job "+id+" ended", func() bool {
+		show, _ = slurmCommand(t, c, "/usr/bin/scontrol", "show", "job", "-o", id)
+		return regexpField(show, "JobState") == "COMPLETED" || regexpField(show, "JobState") == "FAILED"
+	})
+	assert.Equal(t, "COMPLETED", regexpField(show, "JobState"), show)
+	return show
 }

@@ -47,13 +47,19 @@ const (
 // LoginName names a LoginSet's Deployment.
 func LoginName(c *slurmv1.SlurmCluster, set string) string { return c.Name + "-login-" + set }
 
+// loginLabels mark a LoginSet's Deployment, pods and Service.
+func loginLabels(c *slurmv1.SlurmCluster, set *slurmv1.LoginSetSpec) map[string]string {
+	labels := componentLabels(c, componentLogin)
+	labels[loginSetLabel] = set.Name
+	return labels
+}
+
 // loginDeployment fills a LoginSet's Deployment: pods where users run sbatch, squeue and
 // the rest (kubectl exec). Each runs sackd, configless: it fetches slurm.conf from slurmctld
 // and hands Slurm's commands their auth/slurm credentials, so the pod holds the key but no
 // configuration of its own. A pod is ready once `sinfo` answers through it.
 func loginDeployment(c *slurmv1.SlurmCluster, set *slurmv1.LoginSetSpec, d *appsv1.Deployment) error {
-	labels := componentLabels(c, componentLogin)
-	labels[loginSetLabel] = set.Name
+	labels := loginLabels(c, set)
 	image := set.Image
 	if image == "" {
 		image = DefaultLoginImage
@@ -163,8 +169,7 @@ func addSSH(pod *v1.PodSpec, c *slurmv1.SlurmCluster, ssh *slurmv1.LoginSSHSpec)
 
 // loginService fills the Service of a LoginSet with ssh: its port to sshd of its pods.
 func loginService(c *slurmv1.SlurmCluster, set *slurmv1.LoginSetSpec, svc *v1.Service) {
-	labels := componentLabels(c, componentLogin)
-	labels[loginSetLabel] = set.Name
+	labels := loginLabels(c, set)
 	svc.Labels = labels
 	svc.Spec.Selector = labels
 	svc.Spec.Type = set.SSH.ServiceType

@@ -160,7 +160,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.ensureConfig(ctx, c, status, want); err != nil {
+	// Storage the pods cannot take is refused with the configuration (ConfigValid).
+	storageErr := validateStorage(c)
+	if err := r.ensureConfig(ctx, c, status, want, storageErr); err != nil {
 		return ctrl.Result{}, err
 	}
 	// After the configuration: a ComputeDomain problem must not hold slurm.conf back.
@@ -185,7 +187,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	// Storage the pods cannot take (ConfigValid says why) leaves the login and worker pods
 	// as they are, as an invalid configuration leaves the running one.
-	if validateStorage(c) == nil {
+	if storageErr == nil {
 		if poll, err := r.ensureLogins(ctx, c, status); err != nil {
 			return ctrl.Result{}, err
 		} else if poll {
@@ -325,7 +327,7 @@ func (r *Reconciler) createSecret(ctx context.Context, c *slurmv1.SlurmCluster, 
 
 // ensureConfig renders the spec into the ConfigMap and sets ConfigValid. A spec that does
 // not render leaves the ConfigMap as it is.
-func (r *Reconciler) ensureConfig(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus, want []worker) error {
+func (r *Reconciler) ensureConfig(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus, want []worker, storageErr error) error {
 	var opts []slurmconf.Option
 	if r.Identity != nil {
 		opts = append(opts, slurmconf.WithJWKS(r.Identity.JWKS()))
@@ -340,7 +342,7 @@ func (r *Reconciler) ensureConfig(ctx context.Context, c *slurmv1.SlurmCluster, 
 	}
 	files, err := slurmconf.Render(c, opts...)
 	if err == nil {
-		err = validateStorage(c)
+		err = storageErr
 	}
 	if err != nil {
 		msg := err.Error() + "; the last valid configuration stays in place"

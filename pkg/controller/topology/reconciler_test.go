@@ -107,6 +107,14 @@ func newFixture(t *testing.T, slurmNodes []string, objs ...client.Object) *fixtu
 	return f
 }
 
+// relabel puts Kubernetes node name in clique block.
+func (f *fixture) relabel(t *testing.T, name, block string) {
+	var n v1.Node
+	require.NoError(t, f.Kube.Get(context.Background(), client.ObjectKey{Name: name}, &n))
+	n.Labels[clique] = block
+	require.NoError(t, f.Kube.Update(context.Background(), &n))
+}
+
 func (f *fixture) reconcile(t *testing.T) (ctrl.Result, error) {
 	return f.r.Reconcile(context.Background(), request)
 }
@@ -130,10 +138,7 @@ func TestWritesFileAndReconfiguresOnlyOnChange(t *testing.T) {
 
 	// Relabel n2: one reconfigure, and the node is told it moved.
 	f.r.MinReconfigureInterval = 0
-	var n2 v1.Node
-	require.NoError(t, f.Kube.Get(context.Background(), client.ObjectKey{Name: "n2"}, &n2))
-	n2.Labels[clique] = "a"
-	require.NoError(t, f.Kube.Update(context.Background(), &n2))
+	f.relabel(t, "n2", "a")
 	_, err = f.reconcile(t)
 	require.NoError(t, err)
 	assert.Equal(t, 2, f.slurm.reconfigures)
@@ -234,10 +239,7 @@ func TestLaggingWatcherDoesNotDropABlockSlurmStillNames(t *testing.T) {
 	require.Empty(t, f.slurm.sets)
 
 	f.slurm.watched = map[string]slurm.Node{"n1": {Name: "n1", Topology: "kubeslurm:b"}, "n2": {Name: "n2"}}
-	var n1 v1.Node
-	require.NoError(t, f.Kube.Get(context.Background(), client.ObjectKey{Name: "n1"}, &n1))
-	n1.Labels[clique] = "b"
-	require.NoError(t, f.Kube.Update(context.Background(), &n1))
+	f.relabel(t, "n1", "b")
 	_, err = f.reconcile(t)
 	require.NoError(t, err)
 	content, _ := os.ReadFile(f.file)
