@@ -195,37 +195,8 @@ func TestPodGroupLargerThanSlurmWaitsForANode(t *testing.T) {
 
 func TestIndexedJobGangKeepsIndexRankOrder(t *testing.T) {
 	ns := namespace(t)
-	tmpl := newPod(ns, "")
-	tmpl.Spec.RestartPolicy = v1.RestartPolicyNever
-	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "indexed",
-			Annotations: map[string]string{slurmjob.Annotation(slurmjob.AnnotationGang): "true"}},
-		Spec: batchv1.JobSpec{
-			Parallelism: ptrTo[int32](3), Completions: ptrTo[int32](3),
-			CompletionMode: ptrTo(batchv1.IndexedCompletion),
-			Template:       v1.PodTemplateSpec{Spec: tmpl.Spec},
-		},
-	}
-	_, err := kube.BatchV1().Jobs(ns).Create(context.Background(), job, metav1.CreateOptions{})
-	require.NoError(t, err)
-	deleteJobAtEnd(t, ns, job.Name)
-
-	var pods []*v1.Pod
-	eventually(t, 60*time.Second, "the Job's 3 pods bound", func() bool {
-		list, err := kube.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=indexed"})
-		require.NoError(t, err)
-		pods = make([]*v1.Pod, 3)
-		for i := range list.Items {
-			p := &list.Items[i]
-			idx, err := strconv.Atoi(p.Annotations[batchv1.JobCompletionIndexAnnotation])
-			if err != nil || idx > 2 || p.Spec.NodeName == "" {
-				return false
-			}
-			pods[idx] = p
-		}
-		return pods[0] != nil && pods[1] != nil && pods[2] != nil
-	})
-	requireOneJobOnTheirNodes(t, pods)
+	createIndexedGang(t, ns, "indexed", 3)
+	requireOneJobOnTheirNodes(t, waitIndexedJobPods(t, ns, "indexed", 3))
 	assert.Contains(t, objectEvents(t, ns, "Job", "indexed"), wellknown.EventSlurmJobSubmitted)
 }
 

@@ -90,7 +90,7 @@ cn: Alice
 sn: Liddell
 uidNumber: 20001
 gidNumber: 20000
-homeDirectory: /tmp
+homeDirectory: /home/alice
 loginShell: /bin/sh
 userPassword: ` + alicePassword + `
 sshPublicKey: ` + aliceKey + `
@@ -205,16 +205,28 @@ func TestSlurmClusterLoginSSSD(t *testing.T) {
 	require.NoError(t, err, out)
 	assert.Equal(t, fmt.Sprintf("alice %d", id), strings.TrimSpace(out))
 
+	// The example's shared home (claim "home" at /home in the login and worker pods): the
+	// admin opens the claim's root (0770 root's on the local cluster) to everyone; each
+	// user's own directory is made at her first login (pam_mkhomedir). The login pod checks
+	// that /home is a mount of its own: without one, both sides would share the Slurm root's
+	// /home on this one host.
+	mountedHome := `grep -q " /home " /proc/self/mountinfo`
+	out, err = inLogin("/bin/sh", "-c", mountedHome+" && chmod 0755 /home && test ! -e /home/alice")
+	require.NoError(t, err, "/home is a mount in the login pod, without a home for alice yet: %s", out)
+
 	// ssh: alice logs in to the login pod's sshd with her directory password (PAM, pam_sss)
 	// and submits there; the host key is the one of the Secret the controller generated,
-	// and a replacement login pod presents it too.
+	// and a replacement login pod presents it too. Her session starts in her new home.
 	hostKey := loginHostKey(t, ns, c)
-	out, err = sshRun(t, "alice", ssh.Password(alicePassword), hostKey, `id -un; id -gn; sbatch --parsable --chdir /tmp --output /dev/null --wrap 'test "$(id -u)" = 20001'`)
+	out, err = sshRun(t, "alice", ssh.Password(alicePassword), hostKey, `id -un; id -gn; pwd; sbatch --parsable --chdir /tmp --output /dev/null --wrap 'test "$(id -u)" = 20001'`)
 	require.NoError(t, err, out)
 	lines := strings.Fields(out)
-	require.Len(t, lines, 3, out)
-	assert.Equal(t, []string{"alice", "hpc"}, lines[:2])
-	show = waitClusterJobCompleted(t, c, lines[2])
+	require.Len(t, lines, 4, out)
+	assert.Equal(t, []string{"alice", "hpc", "/home/alice"}, lines[:3])
+	out, err = inLogin("/usr/bin/stat", "-c", "%u:%g %F", "/home/alice")
+	require.NoError(t, err, out)
+	assert.Equal(t, "20001:20000 directory", strings.TrimSpace(out), "her home, made at her first login")
+	show = waitClusterJobCompleted(t, c, lines[3])
 	assert.Equal(t, "20001(20001)", regexpField(show, "UserId"), show)
 	out, err = sshRun(t, "alice", ssh.Password("not-her-password"), hostKey, "true")
 	assert.ErrorContains(t, err, "unable to authenticate", "a wrong password is refused: %s", out)
@@ -236,14 +248,8 @@ func TestSlurmClusterLoginSSSD(t *testing.T) {
 	require.NoError(t, err, out)
 	assert.Equal(t, "20001", strings.TrimSpace(out))
 
-	// The example's shared home (claim "home" at /home in the login and worker pods): what
-	// alice writes there on the login pod, her job reads on the worker, and what the job
-	// writes, she reads back. Both check that /home is a mount of their own: without one,
-	// they would share the Slurm root's /home on this one host. The admin makes her home
-	// (the claim's root is 0770 root's on the local cluster).
-	mountedHome := `grep -q " /home " /proc/self/mountinfo`
-	out, err = inLogin("/bin/sh", "-c", mountedHome+" && chmod 0755 /home && install -d -o 20001 -g 20000 /home/alice")
-	require.NoError(t, err, "/home is a mount in the login pod: %s", out)
+	// What alice writes in her home on the login pod, her job reads on the worker (which
+	// checks that /home is a mount of its own too), and what the job writes, she reads back.
 	out, err = sshRun(t, "alice", ssh.PublicKeys(aliceSigner), hostKey,
 		`echo from-login > /home/alice/in.txt && sbatch --parsable --chdir /home/alice --output /dev/null --wrap '`+mountedHome+` && cp in.txt out.txt'`)
 	require.NoError(t, err, out)

@@ -218,7 +218,7 @@ const runnerNode2 = runnerNode + "-2"
 func TestPodGroupOnSlurmCluster(t *testing.T) {
 	ctx := context.Background()
 	startPodRunner(t)
-	startPodRunnerOn(t, runnerNode2, "podrunner-2", false)
+	startPodRunnerOn(t, runnerNode2, "podrunner-2", runnerOnly)
 	ns := namespace(t)
 	c := createLocalCluster(t, ns, func(c *slurmv1.SlurmCluster) {
 		// One NodeSet per runner's node.

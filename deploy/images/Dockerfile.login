@@ -11,11 +11,13 @@
 # openssh-server and libpam-sss: with loginSets[].ssh, a third container runs sshd, and
 # users log in with their directory password (PAM, pam_sss) or key (sss_ssh_authorizedkeys).
 # pam_loginuid is made optional: a container without CAP_AUDIT_CONTROL cannot set it, and
-# Debian's sshd PAM stack would refuse every login for it.
+# Debian's sshd PAM stack would refuse every login for it. pam_mkhomedir (enabled with
+# pam-auth-update) makes a user's home directory at the first login.
 FROM debian:sid-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends sackd slurm-client slurm-wlm-jwt-plugin ca-certificates \
     sssd-ldap libnss-sss libpam-sss openssh-server \
  && sed -i 's/^session\s\+required\s\+pam_loginuid.so/session optional pam_loginuid.so/' /etc/pam.d/sshd \
+ && DEBIAN_FRONTEND=noninteractive pam-auth-update --enable mkhomedir \
  && rm -rf /var/lib/apt/lists/*
 ENTRYPOINT ["/usr/sbin/sackd"]

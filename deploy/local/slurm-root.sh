@@ -15,7 +15,11 @@ dir="$cache/slurm-root-$SLURM_SUITE"
 # ldap-utils: the directory the e2e tests start (and ldapsearch to look into it). With them
 # the root is about 900 MB, made in ~85 s.
 packages=slurmctld,slurmd,slurmrestd,slurm-client,slurm-wlm-jwt-plugin,procps,ca-certificates,slurmdbd,sackd,mariadb-server,sssd-ldap,libnss-sss,libpam-sss,openssh-server,slapd,ldap-utils
-stamp="packages=$packages"
+# After the packages: pam_mkhomedir in the PAM session stack (pam-auth-update, as
+# deploy/images/Dockerfile.login does), so a login pod's sshd makes a user's home at the
+# first login.
+setup="DEBIAN_FRONTEND=noninteractive pam-auth-update --enable mkhomedir"
+stamp="packages=$packages setup=$setup"
 
 if [ -f "$dir/.complete" ] && grep -qxF "$stamp" "$dir/.complete"; then
   echo "==> Slurm root ($SLURM_SUITE) cached at $dir"
@@ -49,6 +53,7 @@ debootstrap --variant=minbase --include="$packages" "$SLURM_SUITE" "$dir.tmp" >"
   exit 1
 }
 umount_under "$dir.tmp"
+chroot "$dir.tmp" sh -c "$setup"
 umount_under "$dir"
 rm -rf --one-file-system "$dir" && mv "$dir.tmp" "$dir"
 { chroot "$dir" sh -c 'slurmctld -V'; echo "$stamp"; } >"$dir/.complete"

@@ -55,6 +55,25 @@ func lookupImage(ref string) (image, bool) {
 	return image{}, false
 }
 
+// AdoptedRegistry is the registry of the images a runner runs on an adopted kwok node
+// (--adopt-node): deploy/local/kwok-stages.yaml keeps kwok's stages off a pod whose first
+// container's image is under it, and the runner takes exactly the pods all of whose images
+// are. Pods of other images on that node stay kwok's fakes.
+const AdoptedRegistry = "localhost/"
+
+// runsAdopted: the pod is for a runner that adopted its kwok node.
+func runsAdopted(pod *v1.Pod) bool {
+	if !ours(pod) {
+		return false
+	}
+	for _, c := range pod.Spec.Containers {
+		if !strings.HasPrefix(c.Image, AdoptedRegistry) {
+			return false
+		}
+	}
+	return true
+}
+
 // ours: every container of the pod has an image of the table.
 func ours(pod *v1.Pod) bool {
 	if len(pod.Spec.InitContainers) > 0 || len(pod.Spec.Containers) == 0 {

@@ -61,18 +61,36 @@ func TestCommandLine(t *testing.T) {
 	assert.Equal(t, []string{"/usr/sbin/slurmdbd", "-D"}, got)
 }
 
-func TestOurs(t *testing.T) {
-	pod := func(images ...string) *v1.Pod {
-		p := &v1.Pod{}
-		for _, im := range images {
-			p.Spec.Containers = append(p.Spec.Containers, v1.Container{Image: im})
-		}
-		return p
+func podOf(images ...string) *v1.Pod {
+	p := &v1.Pod{}
+	for _, im := range images {
+		p.Spec.Containers = append(p.Spec.Containers, v1.Container{Image: im})
 	}
-	assert.True(t, ours(pod("kubeslurm/scheduler:1")))
-	assert.True(t, ours(pod("kubeslurm/scheduler:1", "kubeslurm/controller:1")))
-	assert.False(t, ours(pod("kubeslurm/scheduler:1", "busybox")))
-	assert.False(t, ours(pod()))
+	return p
+}
+
+func TestOurs(t *testing.T) {
+	assert.True(t, ours(podOf("kubeslurm/scheduler:1")))
+	assert.True(t, ours(podOf("kubeslurm/scheduler:1", "kubeslurm/controller:1")))
+	assert.False(t, ours(podOf("kubeslurm/scheduler:1", "busybox")))
+	assert.False(t, ours(podOf()))
+}
+
+// On an adopted kwok node the runner takes only what kwok leaves: images under localhost/.
+func TestRunsAdopted(t *testing.T) {
+	for _, tc := range []struct {
+		images []string
+		want   bool
+	}{
+		{[]string{"localhost/kubeslurm/slurmd:26.05"}, true},
+		{[]string{"localhost/kubeslurm/slurmd:26.05", "localhost/kubeslurm/login:26.05"}, true},
+		{[]string{"kubeslurm/slurmd:26.05"}, false},                                    // kwok's fake
+		{[]string{"localhost/kubeslurm/slurmd:26.05", "kubeslurm/login:26.05"}, false}, // mixed
+		{[]string{"localhost/busybox"}, false},                                         // no image of the table
+		{[]string{"registry.example/localhost/kubeslurm/slurmd:1"}, false},             // another registry
+	} {
+		assert.Equal(t, tc.want, runsAdopted(podOf(tc.images...)), "%v", tc.images)
+	}
 }
 
 func TestParseUserAndBind(t *testing.T) {

@@ -11,7 +11,9 @@
 // restarts exited containers by the restart policy, and stops the processes of deleted
 // pods. It is no kubelet: no images, no network namespace (pods share the host's network,
 // so two replicas of one port clash), no resource limits, no logs API (each container logs
-// to <state-dir>/logs/), no token refresh.
+// to <state-dir>/logs/), no token refresh. With --adopt-node it runs instead, on a kwok node
+// that exists, the pods of images under localhost/ bound there, which kwok's stages leave
+// alone (AdoptedRegistry).
 package main
 
 import (
@@ -57,6 +59,10 @@ type runner struct {
 	apiHost, apiPort string
 	// bindUnscheduled: the runner binds unscheduled pods of its images to its node.
 	bindUnscheduled bool
+	// adopted: the node is kwok's (it keeps the node's status and fakes its other pods);
+	// the runner runs only the pods kwok leaves to it (runsAdopted) and never registers,
+	// deletes or binds.
+	adopted bool
 
 	lister cache.Indexer
 	queue  workqueue.TypedRateLimitingInterface[string]
@@ -81,43 +87,49 @@ func main() {
 	slurmRoot := flag.String("slurm-root", "", "root filesystem the containers of the Slurm images run in (chrooted); empty: those pods are not run")
 	bindUnscheduled := flag.Bool("bind-unscheduled", true,
 		"bind unscheduled pods of the table's images that ask for the default scheduler to this node (false: only run pods bound here, e.g. by a DaemonSet-like controller; for a second runner beside the first)")
+	adopt := flag.Bool("adopt-node", false,
+		"run pods on an existing kwok node instead of a node of its own: only the pods whose images are all under "+AdoptedRegistry+" (kwok leaves those alone); the node is neither registered nor deleted, and nothing is bound")
 	flag.Parse()
-	if err := run(*kubeconfig, *node, *binDir, *stateDir, *slurmRoot, *apiHost, *apiPort, *bindUnscheduled); err != nil {
+	r := &runner{node: *node, binDir: *binDir, stateDir: *stateDir, slurmRoot: *slurmRoot, apiHost: *apiHost, apiPort: *apiPort,
+		bindUnscheduled: *bindUnscheduled && !*adopt, adopted: *adopt}
+	if err := run(r, *kubeconfig); err != nil {
 		klog.ErrorS(err, "pod runner failed")
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig, node, binDir, stateDir, slurmRoot, apiHost, apiPort string, bindUnscheduled bool) error {
-	if stateDir == "" {
+// run plays kubelet for r.node until SIGTERM or SIGINT.
+func run(r *runner, kubeconfig string) error {
+	if r.stateDir == "" {
 		return fmt.Errorf("--state-dir is required")
 	}
-	self, err := os.Executable()
-	if err != nil {
+	var err error
+	if r.self, err = os.Executable(); err != nil {
 		return err
 	}
-	if binDir == "" {
-		binDir = filepath.Dir(self)
+	if r.binDir == "" {
+		r.binDir = filepath.Dir(r.self)
 	}
-	stateDir, err = filepath.Abs(stateDir)
-	if err != nil {
+	if r.stateDir, err = filepath.Abs(r.stateDir); err != nil {
 		return err
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return err
 	}
-	r := &runner{
-		kube: kubernetes.NewForConfigOrDie(cfg), node: node, binDir: binDir, stateDir: stateDir, self: self, slurmRoot: slurmRoot,
-		apiHost: apiHost, apiPort: apiPort, bindUnscheduled: bindUnscheduled, pods: map[string]*podRun{},
-		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-	}
+	r.kube = kubernetes.NewForConfigOrDie(cfg)
+	r.pods = map[string]*podRun{}
+	r.queue = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	// Whatever ends the runner, its processes stop and its node goes.
 	defer r.shutdown()
-	if err := r.registerNode(ctx); err != nil {
-		return fmt.Errorf("registering node %s: %w", node, err)
+	if r.adopted {
+		if _, err := r.kube.CoreV1().Nodes().Get(ctx, r.node, metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("node %s to adopt: %w", r.node, err)
+		}
+	} else if err := r.registerNode(ctx); err != nil {
+		return fmt.Errorf("registering node %s: %w", r.node, err)
 	}
 	factory := informers.NewSharedInformerFactory(r.kube, 0)
 	inf := factory.Core().V1().Pods().Informer()
@@ -136,7 +148,7 @@ func run(kubeconfig, node, binDir, stateDir, slurmRoot, apiHost, apiPort string,
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return fmt.Errorf("pod informer did not sync")
 	}
-	klog.InfoS("pod runner ready", "node", node, "binDir", binDir, "stateDir", stateDir)
+	klog.InfoS("pod runner ready", "node", r.node, "adopted", r.adopted, "binDir", r.binDir, "stateDir", r.stateDir)
 	workerDone := make(chan struct{})
 	go func() {
 		defer close(workerDone)
@@ -193,6 +205,8 @@ func (r *runner) sync(ctx context.Context, key string) error {
 		return r.bindIfOurs(ctx, pod)
 	case pod.Spec.NodeName != r.node:
 		return nil
+	case r.adopted && !runsAdopted(pod):
+		return nil // kwok's
 	case pod.DeletionTimestamp != nil:
 		if pr != nil {
 			pr.deleted(pod)
@@ -284,8 +298,8 @@ func (r *runner) registerNode(ctx context.Context) error {
 	})
 }
 
-// shutdown stops every process and removes the node (its pods are then orphans, which the
-// pod garbage collector deletes).
+// shutdown stops every process and removes the node unless adopted (its pods are then
+// orphans, which the pod garbage collector deletes).
 func (r *runner) shutdown() {
 	r.mu.Lock()
 	runs := make([]*podRun, 0, len(r.pods))
@@ -300,6 +314,10 @@ func (r *runner) shutdown() {
 	for _, pr := range runs {
 		<-pr.done
 		_ = os.RemoveAll(pr.dir)
+	}
+	if r.adopted {
+		klog.InfoS("pod runner stopped; the adopted node stays", "node", r.node)
+		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -1,0 +1,164 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
+	"github.com/kubeslurm/kubeslurm/pkg/controller/slurmcluster"
+	"github.com/kubeslurm/kubeslurm/pkg/slurm"
+	"github.com/kubeslurm/kubeslurm/pkg/slurmjob"
+)
+
+// adoptedWorkerImage is the worker image under localhost/: on a kwok node, kwok's stages
+// leave its pods to the pod runner that adopted the node (deploy/local/kwok-stages.yaml).
+const adoptedWorkerImage = "localhost/" + slurmcluster.DefaultWorkerImage
+
+// addAdoptedKwokNode adds a kwok node, and a pod runner that adopts it (--adopt-node) to run
+// the pods of images under localhost/ bound there; kwok keeps the node and fakes its other
+// pods. At the end the runner stops, then the node is deleted.
+func addAdoptedKwokNode(t *testing.T, name string) {
+	t.Helper()
+	_, err := kube.CoreV1().Nodes().Create(context.Background(), kwokNode(name, map[string]string{v1.LabelHostname: name}), metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		err := kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+		if !apierrors.IsNotFound(err) {
+			assert.NoError(t, err)
+		}
+	})
+	startPodRunnerOn(t, name, "podrunner-"+name, runnerAdopts)
+}
+
+// waitIndexedJobPods waits until the indexed Job's n pods are bound and returns them in
+// index order.
+func waitIndexedJobPods(t *testing.T, ns, name string, n int) []*v1.Pod {
+	t.Helper()
+	var pods []*v1.Pod
+	eventually(t, 90*time.Second, fmt.Sprintf("the Job's %d pods bound", n), func() bool {
+		list, err := kube.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + name})
+		require.NoError(t, err)
+		pods = make([]*v1.Pod, n)
+		for i := range list.Items {
+			p := &list.Items[i]
+			idx, err := strconv.Atoi(p.Annotations[batchv1.JobCompletionIndexAnnotation])
+			if err != nil || idx >= n || p.Spec.NodeName == "" {
+				return false
+			}
+			pods[idx] = p
+		}
+		for _, p := range pods {
+			if p == nil {
+				return false
+			}
+		}
+		return true
+	})
+	return pods
+}
+
+// createIndexedGang creates an indexed batch Job of n pods that kubeslurm places as one
+// gang (one Slurm job), each pod made by opts, and deletes it at the end.
+func createIndexedGang(t *testing.T, ns, name string, n int32, opts ...podOpt) {
+	t.Helper()
+	tmpl := newPod(ns, "", opts...)
+	tmpl.Spec.RestartPolicy = v1.RestartPolicyNever
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+			Annotations: map[string]string{slurmjob.Annotation(slurmjob.AnnotationGang): "true"}},
+		Spec: batchv1.JobSpec{
+			Parallelism: ptrTo(n), Completions: ptrTo(n),
+			CompletionMode: ptrTo(batchv1.IndexedCompletion),
+			Template:       v1.PodTemplateSpec{Spec: tmpl.Spec},
+		},
+	}
+	_, err := kube.BatchV1().Jobs(ns).Create(context.Background(), job, metav1.CreateOptions{})
+	require.NoError(t, err)
+	deleteJobAtEnd(t, ns, name)
+}
+
+// Issue 5, toward the local cluster's Slurm being one a SlurmCluster runs: Slurm workers on
+// kwok nodes. kwok runs no process, so a pod runner adopts each kwok node: it runs the pods
+// of images under localhost/ bound there (kwok's stages leave those alone), while kwok keeps
+// the node and fakes its other pods. A SlurmCluster whose NodeSets use that image gets a
+// real slurmd on each kwok node, registered as the Kubernetes node's name; the release's
+// scheduler then makes an indexed Job's gang ONE job of that Slurm across the nodes, each
+// pod (a kwok fake) bound to the node of its rank, and the Job completes.
+func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
+	ctx := context.Background()
+	startPodRunner(t) // slurmctld and slurmrestd, on the runner's own node
+	kwokNodes := []string{"kwok-worker-1", "kwok-worker-2", "kwok-worker-3"}
+	for _, n := range kwokNodes {
+		addAdoptedKwokNode(t, n)
+	}
+	ns := namespace(t)
+	c := createLocalCluster(t, ns, func(c *slurmv1.SlurmCluster) {
+		c.Spec.LoginSets = nil
+		// One NodeSet per node: the runners' pods share the host's network, so each slurmd
+		// listens on a port of its own.
+		c.Spec.NodeSets = nil
+		c.Spec.Partitions[0].NodeSets = nil
+		for i, n := range kwokNodes {
+			set := fmt.Sprintf("kwok%d", i+1)
+			c.Spec.NodeSets = append(c.Spec.NodeSets, slurmv1.NodeSetSpec{Name: set, Image: adoptedWorkerImage,
+				Port: ptrTo(int32(6941 + i)), NodeSelector: map[string]string{v1.LabelHostname: n}})
+			c.Spec.Partitions[0].NodeSets = append(c.Spec.Partitions[0].NodeSets, set)
+		}
+	})
+	c = waitSlurmClusterReady(t, ns, kwokNodes...)
+
+	// Each worker really runs, on its kwok node: the runner, not kwok, wrote its status.
+	workers, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=slurmd"})
+	require.NoError(t, err)
+	require.Len(t, workers.Items, len(kwokNodes))
+	for _, w := range workers.Items {
+		assert.Contains(t, kwokNodes, w.Spec.NodeName, w.Name)
+		require.Len(t, w.Status.ContainerStatuses, 1, w.Name)
+		cs := w.Status.ContainerStatuses[0]
+		assert.True(t, cs.Ready && cs.State.Running != nil, "%s: %+v", w.Name, cs)
+		assert.Equal(t, adoptedWorkerImage, cs.Image, w.Name)
+		// The runner's address, not one of kwok's pod CIDR: kwok's stages left the pod alone.
+		assert.Equal(t, "127.0.0.1", w.Status.PodIP, w.Name)
+	}
+
+	installClusterRelease(t, ns, c)
+	createIndexedGang(t, ns, "gang", int32(len(kwokNodes)), onCluster)
+	pods := waitIndexedJobPods(t, ns, "gang", len(kwokNodes))
+	id := jobIDOf(t, pods[0])
+	for _, p := range pods {
+		require.Equal(t, id, jobIDOf(t, p), "every pod of the gang names the same Slurm job")
+	}
+	// The job may have ended already: kwok completes a Job's pods a few seconds after they run.
+	out, ok := slurmCommand(t, c, "/usr/bin/scontrol", "show", "job", "-o", strconv.Itoa(int(id)))
+	require.True(t, ok, out)
+	state, nodeList := regexpField(out, "JobState"), regexpField(out, "NodeList")
+	assert.NotEqual(t, "PENDING", state)
+	allocated := slurm.ExpandHostlist(nodeList)
+	assert.ElementsMatch(t, kwokNodes, allocated, "ONE job across the kwok nodes' workers")
+	var bound []string
+	for _, p := range pods {
+		bound = append(bound, p.Spec.NodeName)
+	}
+	assert.ElementsMatch(t, allocated, bound, "one pod on each node of the allocation")
+	// Rank 0 (index 0) is on the job's first node, where Slurm would run its batch step:
+	// the workers registered in no particular order, so that need not be the first by name.
+	assert.Equal(t, regexpField(out, "BatchHost"), pods[0].Spec.NodeName, "the pod of index 0 on the job's first node")
+	t.Logf("gang: Slurm job %d of the SlurmCluster on %s (%s), index 0 on %s", id, nodeList, state, pods[0].Spec.NodeName)
+	eventually(t, 90*time.Second, "the Job complete and its Slurm job ended", func() bool {
+		j, err := kube.BatchV1().Jobs(ns).Get(ctx, "gang", metav1.GetOptions{})
+		require.NoError(t, err)
+		state := strings.Fields(clusterJobState(t, c, id))
+		return j.Status.Succeeded == int32(len(kwokNodes)) && len(state) > 0 && state[0] != "RUNNING" && state[0] != "PENDING"
+	})
+}
