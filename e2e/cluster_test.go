@@ -164,8 +164,14 @@ func activeJobsNamed(t *testing.T, prefix string) []slurmJob {
 var nonName = regexp.MustCompile(`[^a-z0-9]+`)
 
 // namespace creates a namespace for one test and, at its end, deletes it and checks that
-// no placeholder job of its pods is left in Slurm.
+// no placeholder job of its pods is left in the local Slurm.
 func namespace(t *testing.T) string {
+	t.Helper()
+	return namespaceOn(t, localStack())
+}
+
+// namespaceOn is namespace for a test of the stack st, whose Slurm it checks at the end.
+func namespaceOn(t *testing.T, st stack) string {
 	t.Helper()
 	name := strings.Trim(nonName.ReplaceAllString(strings.ToLower(t.Name()), "-"), "-")
 	if len(name) > 50 {
@@ -178,7 +184,7 @@ func namespace(t *testing.T) string {
 		ctx := context.Background()
 		_ = kube.CoreV1().Pods(name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)}, metav1.ListOptions{})
 		eventually(t, 60*time.Second, "no Slurm job of namespace "+name+" left after its pods are gone", func() bool {
-			return len(activeJobsNamed(t, name+"/")) == 0
+			return st.activeJobs(t, name+"/") == 0
 		})
 		_ = kube.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
 	})

@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,7 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
@@ -47,131 +44,18 @@ func TestPodIsPlacedBySlurm(t *testing.T) {
 // 2. An sbatch --exclusive job holding a node makes a pod that needs it wait, Pending
 // with Slurm's reason, then land when the sbatch job ends: pods and sbatch share nodes.
 func TestSbatchJobAndPodShareNodes(t *testing.T) {
-	ns := namespace(t)
-	node := nodes[len(nodes)-1]
-	out := slurmCmd(t, "sbatch", "--parsable", "--exclusive", "-N1", "-w", node, "-J", ns+"/sbatch", "--wrap", "sleep 600")
-	sbatchID := strings.TrimSpace(strings.Split(out, ";")[0])
-	t.Cleanup(func() { _, _ = runCmd(runDir+"/bin/scancel", sbatchID) })
-	eventually(t, 30*time.Second, "sbatch job running on "+node, func() bool {
-		j, ok := jobByID(t, mustAtoi(t, sbatchID))
-		return ok && j.State == "RUNNING"
-	})
-
-	createPod(t, ns, "needs-node", onlyOnNode(node))
-	eventually(t, 30*time.Second, "placeholder job pending behind the sbatch job", func() bool {
-		jobs := activeJobsNamed(t, ns+"/needs-node")
-		return len(jobs) == 1 && jobs[0].State == "PENDING" && jobs[0].Reason == "Resources"
-	})
-	var p *v1.Pod
-	eventually(t, 30*time.Second, "pod Pending with Slurm's reason in its PodScheduled condition", func() bool {
-		p = getPod(t, ns, "needs-node")
-		for _, c := range p.Status.Conditions {
-			if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse && strings.Contains(c.Message, "PENDING (Resources)") {
-				return true
-			}
-		}
-		return false
-	})
-	assert.Empty(t, p.Spec.NodeName)
-	assert.Contains(t, podEvents(t, p), "PENDING (Resources)")
-	// The nodes the affinity rules out reach Slurm as excluded nodes, never as required ones.
-	show := slurmCmd(t, "scontrol", "show", "job", strconv.Itoa(int(jobIDOf(t, p))))
-	assert.Regexp(t, `ExcNodeList=\S+`, show)
-	assert.NotRegexp(t, `ExcNodeList=\S*`+node, show)
-	assert.Contains(t, show, "ReqNodeList=(null)")
-
-	slurmCmd(t, "scancel", sbatchID)
-	p = waitBound(t, ns, "needs-node", 30*time.Second)
-	assert.Equal(t, node, p.Spec.NodeName)
+	sbatchJobAndPodShareNodes(t, localStack(), namespace(t))
 }
 
 // 3. Deleting the pod removes the job; scancel of the job ends the pod.
 func TestPodAndJobEndTogether(t *testing.T) {
-	ns := namespace(t)
-	p := createPod(t, ns, "deleted")
-	p = waitBound(t, ns, "deleted", 60*time.Second)
-	id := jobIDOf(t, p)
-	require.NoError(t, kube.CoreV1().Pods(ns).Delete(context.Background(), "deleted", metav1.DeleteOptions{}))
-	eventually(t, 30*time.Second, fmt.Sprintf("job %d ended after its pod was deleted", id), func() bool {
-		j, ok := jobByID(t, id)
-		return !ok || (j.State != "RUNNING" && j.State != "PENDING")
-	})
-
-	p = createPod(t, ns, "scancelled")
-	p = waitBound(t, ns, "scancelled", 60*time.Second)
-	id = jobIDOf(t, p)
-	slurmCmd(t, "scancel", strconv.Itoa(int(id)))
-	waitGone(t, ns, "scancelled", 30*time.Second)
-	ev := podEvents(t, p)
-	assert.Contains(t, ev, wellknown.EventSlurmJobCancelled)
-	assert.Contains(t, ev, "CANCELLED")
+	podAndJobEndTogether(t, localStack(), namespace(t))
 }
 
 // 4. 20 exclusive pods on 4 nodes: 4 run, 16 wait in Slurm priority order; each completion
 // lets exactly one more in.
 func TestExclusivePodsQueueInSlurmPriorityOrder(t *testing.T) {
-	ns := namespace(t)
-	const total = 20
-	// Priorities are shuffled against creation order, so the order of admission can only
-	// come from Slurm's priorities.
-	prio := map[string]int{}
-	for i := 0; i < total; i++ {
-		name := fmt.Sprintf("p%02d", i)
-		prio[name] = 100 + (i*7)%total
-		createPod(t, ns, name, withAnnotation("exclusive", "true"), withAnnotation("priority", strconv.Itoa(prio[name])))
-	}
-	eventually(t, 60*time.Second, "all 20 placeholder jobs submitted", func() bool {
-		return len(activeJobsNamed(t, ns+"/")) == total
-	})
-
-	bound := func() (running []*v1.Pod, waiting []string) {
-		list, err := kube.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
-		require.NoError(t, err)
-		for i := range list.Items {
-			p := &list.Items[i]
-			switch {
-			case p.Status.Phase == v1.PodSucceeded:
-			case p.Spec.NodeName != "":
-				running = append(running, p)
-			default:
-				waiting = append(waiting, p.Name)
-			}
-		}
-		return running, waiting
-	}
-	eventually(t, 60*time.Second, "4 pods bound", func() bool {
-		r, _ := bound()
-		return len(r) == len(nodes)
-	})
-	running, waiting := bound()
-	require.Len(t, waiting, total-len(nodes))
-	requireDistinctNodes(t, running)
-
-	for len(waiting) > 0 {
-		// Slurm must admit the highest-priority waiting pod next.
-		sort.Slice(waiting, func(a, b int) bool { return prio[waiting[a]] > prio[waiting[b]] })
-		next := waiting[0]
-		complete(t, running[0])
-		eventually(t, 30*time.Second, next+" (highest priority waiting) bound after one completion", func() bool {
-			return getPod(t, ns, next).Spec.NodeName != ""
-		})
-		// Give the scheduler time to (wrongly) admit more; exactly one may have come in.
-		time.Sleep(2 * time.Second)
-		r, w := bound()
-		require.Len(t, r, len(nodes), "still exactly one pod per node")
-		require.Len(t, w, len(waiting)-1, "exactly one more pod admitted")
-		requireDistinctNodes(t, r)
-		running, waiting = r, w
-	}
-}
-
-func requireDistinctNodes(t *testing.T, pods []*v1.Pod) {
-	t.Helper()
-	seen := map[string]string{}
-	for _, p := range pods {
-		require.NotContains(t, seen, p.Spec.NodeName, "%s and %s share node %s", seen[p.Spec.NodeName], p.Name, p.Spec.NodeName)
-		seen[p.Spec.NodeName] = p.Name
-	}
+	exclusivePodsQueueInPriorityOrder(t, localStack(), namespace(t))
 }
 
 // 5. A malformed annotation yields an event and no Slurm job; so does a partition Slurm

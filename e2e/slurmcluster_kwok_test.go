@@ -94,7 +94,9 @@ func createIndexedGang(t *testing.T, ns, name string, n int32, opts ...podOpt) {
 // the node and fakes its other pods. A SlurmCluster whose NodeSets use that image gets a
 // real slurmd on each kwok node, registered as the Kubernetes node's name; the release's
 // scheduler then makes an indexed Job's gang ONE job of that Slurm across the nodes, each
-// pod (a kwok fake) bound to the node of its rank, and the Job completes.
+// pod (a kwok fake) bound to the node of its rank, and the Job completes. The scenarios of
+// TestSbatchJobAndPodShareNodes, TestPodAndJobEndTogether and
+// TestExclusivePodsQueueInSlurmPriorityOrder then run on that Slurm too.
 func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 	ctx := context.Background()
 	startPodRunner(t) // slurmctld and slurmrestd, on the runner's own node
@@ -161,4 +163,10 @@ func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 		state := strings.Fields(clusterJobState(t, c, id))
 		return j.Status.Succeeded == int32(len(kwokNodes)) && len(state) > 0 && state[0] != "RUNNING" && state[0] != "PENDING"
 	})
+
+	// The local scheduler tests' scenarios (e2e/stack_test.go), on this Slurm.
+	st := clusterStack(c, kwokNodes)
+	t.Run("sbatch and pods share nodes", func(t *testing.T) { sbatchJobAndPodShareNodes(t, st, namespaceOn(t, st)) })
+	t.Run("pod and job end together", func(t *testing.T) { podAndJobEndTogether(t, st, namespaceOn(t, st)) })
+	t.Run("exclusive pods queue in Slurm priority order", func(t *testing.T) { exclusivePodsQueueInPriorityOrder(t, st, namespaceOn(t, st)) })
 }

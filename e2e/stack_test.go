@@ -1,0 +1,210 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
+	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
+)
+
+// stack is a Slurm and the kubeslurm scheduler that places pods through it: the local
+// cluster's own (localStack), or a SlurmCluster's with its own release (clusterStack). The
+// scheduler scenarios of this file run on both.
+type stack struct {
+	// pod makes a test pod the stack's: its schedulerName, and an image its nodes run.
+	pod podOpt
+	// nodes are the Kubernetes nodes the Slurm has workers on, all the test's.
+	nodes []string
+	// slurm runs one of Slurm's commands (sbatch, scancel, scontrol, ...) against the Slurm
+	// and returns its output.
+	slurm func(t *testing.T, command string, args ...string) string
+	// activeJobs counts the Slurm's jobs not ended whose name starts with prefix.
+	activeJobs func(t *testing.T, prefix string) int
+}
+
+// jobState is the JobState of the Slurm job id as scontrol shows it; an ended job stays
+// there for MinJobAge (300 s in both stacks), longer than any scenario waits on it.
+func (st stack) jobState(t *testing.T, id string) string {
+	t.Helper()
+	return regexpField(st.slurm(t, "scontrol", "show", "job", "-o", id), "JobState")
+}
+
+// localStack is the local cluster's kubeslurm and Slurm (deploy/local).
+func localStack() stack {
+	return stack{pod: func(*v1.Pod) {}, nodes: nodes, slurm: slurmCmd,
+		activeJobs: func(t *testing.T, prefix string) int { return len(activeJobsNamed(t, prefix)) }}
+}
+
+// clusterStack is the SlurmCluster c's Slurm, its workers on nodes, with the release of
+// installClusterRelease placing pods through it.
+func clusterStack(c *slurmv1.SlurmCluster, nodes []string) stack {
+	st := stack{pod: onCluster, nodes: nodes, slurm: func(t *testing.T, command string, args ...string) string {
+		t.Helper()
+		out, ok := slurmCommand(t, c, append([]string{"/usr/bin/" + command}, args...)...)
+		require.True(t, ok, "%s %v: %s", command, args, out)
+		// The output is the pod's log: the pod runner's header line, then the command's.
+		var lines []string
+		for _, l := range strings.Split(out, "\n") {
+			if !strings.HasPrefix(l, "===== ") {
+				lines = append(lines, l)
+			}
+		}
+		return strings.TrimSpace(strings.Join(lines, "\n"))
+	}}
+	st.activeJobs = func(t *testing.T, prefix string) int {
+		n := 0
+		for _, name := range strings.Fields(st.slurm(t, "squeue", "-h", "-t", "PENDING,RUNNING,CONFIGURING,SUSPENDED,COMPLETING", "-o", "%j")) {
+			if strings.HasPrefix(name, prefix) {
+				n++
+			}
+		}
+		return n
+	}
+	return st
+}
+
+// sbatchJobAndPodShareNodes: an sbatch --exclusive job holding a node makes a pod that
+// needs that node wait, Pending with Slurm's reason, then land when the sbatch job ends.
+func sbatchJobAndPodShareNodes(t *testing.T, st stack, ns string) {
+	node := st.nodes[len(st.nodes)-1]
+	out := st.slurm(t, "sbatch", "--parsable", "--exclusive", "-N1", "-w", node, "-J", ns+"/sbatch",
+		"--chdir", "/tmp", "--output", "/dev/null", "--wrap", "sleep 600")
+	sbatchID := strings.TrimSpace(strings.Split(out, ";")[0])
+	mustAtoi(t, sbatchID)
+	cancelled := false
+	t.Cleanup(func() {
+		if !cancelled {
+			st.slurm(t, "scancel", sbatchID)
+		}
+	})
+	eventually(t, 60*time.Second, "sbatch job running on "+node, func() bool {
+		return st.jobState(t, sbatchID) == "RUNNING"
+	})
+
+	createPod(t, ns, "needs-node", st.pod, onlyOnNode(node))
+	var p *v1.Pod
+	eventually(t, 60*time.Second, "pod Pending with Slurm's reason in its PodScheduled condition", func() bool {
+		p = getPod(t, ns, "needs-node")
+		for _, c := range p.Status.Conditions {
+			if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse && strings.Contains(c.Message, "PENDING (Resources)") {
+				return true
+			}
+		}
+		return false
+	})
+	assert.Empty(t, p.Spec.NodeName)
+	assert.Contains(t, podEvents(t, p), "PENDING (Resources)")
+	// The placeholder job waits behind the sbatch job. The nodes the affinity rules out
+	// reach Slurm as excluded nodes, never as required ones.
+	show := st.slurm(t, "scontrol", "show", "job", "-o", strconv.Itoa(int(jobIDOf(t, p))))
+	assert.Equal(t, "PENDING", regexpField(show, "JobState"), show)
+	assert.Equal(t, "Resources", regexpField(show, "Reason"), show)
+	assert.Regexp(t, `ExcNodeList=\S+`, show)
+	assert.NotRegexp(t, `ExcNodeList=\S*`+node, show)
+	assert.Contains(t, show, "ReqNodeList=(null)")
+
+	st.slurm(t, "scancel", sbatchID)
+	cancelled = true
+	p = waitBound(t, ns, "needs-node", 60*time.Second)
+	assert.Equal(t, node, p.Spec.NodeName)
+}
+
+// podAndJobEndTogether: deleting a bound pod ends its Slurm job; scancel of a pod's job
+// ends the pod, with an event that says so.
+func podAndJobEndTogether(t *testing.T, st stack, ns string) {
+	p := createPod(t, ns, "deleted", st.pod)
+	p = waitBound(t, ns, "deleted", 60*time.Second)
+	id := strconv.Itoa(int(jobIDOf(t, p)))
+	require.NoError(t, kube.CoreV1().Pods(ns).Delete(context.Background(), "deleted", metav1.DeleteOptions{}))
+	eventually(t, 60*time.Second, "job "+id+" ended after its pod was deleted", func() bool {
+		state := st.jobState(t, id)
+		return state != "RUNNING" && state != "PENDING"
+	})
+
+	p = createPod(t, ns, "scancelled", st.pod)
+	p = waitBound(t, ns, "scancelled", 60*time.Second)
+	st.slurm(t, "scancel", strconv.Itoa(int(jobIDOf(t, p))))
+	waitGone(t, ns, "scancelled", 60*time.Second)
+	ev := podEvents(t, p)
+	assert.Contains(t, ev, wellknown.EventSlurmJobCancelled)
+	assert.Contains(t, ev, "CANCELLED")
+}
+
+// exclusivePodsQueueInPriorityOrder: five exclusive pods per node, with priorities shuffled
+// against creation order; one runs on each node, the rest wait, and each completion lets
+// exactly one more in, the highest-priority one waiting: the order can only come from
+// Slurm's priorities.
+func exclusivePodsQueueInPriorityOrder(t *testing.T, st stack, ns string) {
+	total := 5 * len(st.nodes)
+	prio := map[string]int{}
+	for i := 0; i < total; i++ {
+		name := fmt.Sprintf("p%02d", i)
+		prio[name] = 100 + (i*7)%total // 7 is prime to total: every priority once
+		createPod(t, ns, name, st.pod, withAnnotation("exclusive", "true"), withAnnotation("priority", strconv.Itoa(prio[name])))
+	}
+	eventually(t, 60*time.Second, fmt.Sprintf("all %d placeholder jobs submitted", total), func() bool {
+		list, err := kube.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: wellknown.JobIDLabel})
+		require.NoError(t, err)
+		return len(list.Items) == total
+	})
+
+	bound := func() (running []*v1.Pod, waiting []string) {
+		list, err := kube.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+		require.NoError(t, err)
+		for i := range list.Items {
+			p := &list.Items[i]
+			switch {
+			case p.Status.Phase == v1.PodSucceeded:
+			case p.Spec.NodeName != "":
+				running = append(running, p)
+			default:
+				waiting = append(waiting, p.Name)
+			}
+		}
+		return running, waiting
+	}
+	eventually(t, 60*time.Second, fmt.Sprintf("%d pods bound", len(st.nodes)), func() bool {
+		r, _ := bound()
+		return len(r) == len(st.nodes)
+	})
+	running, waiting := bound()
+	require.Len(t, waiting, total-len(st.nodes))
+	requireDistinctNodes(t, running)
+
+	for len(waiting) > 0 {
+		// Slurm must admit the highest-priority waiting pod next.
+		sort.Slice(waiting, func(a, b int) bool { return prio[waiting[a]] > prio[waiting[b]] })
+		next := waiting[0]
+		complete(t, running[0])
+		eventually(t, 30*time.Second, next+" (highest priority waiting) bound after one completion", func() bool {
+			return getPod(t, ns, next).Spec.NodeName != ""
+		})
+		// Give the scheduler time to (wrongly) admit more; exactly one may have come in.
+		time.Sleep(2 * time.Second)
+		r, w := bound()
+		require.Len(t, r, len(st.nodes), "still exactly one pod per node")
+		require.Len(t, w, len(waiting)-1, "exactly one more pod admitted")
+		requireDistinctNodes(t, r)
+		running, waiting = r, w
+	}
+}
+
+func requireDistinctNodes(t *testing.T, pods []*v1.Pod) {
+	t.Helper()
+	seen := map[string]string{}
+	for _, p := range pods {
+		require.NotContains(t, seen, p.Spec.NodeName, "%s and %s share node %s", seen[p.Spec.NodeName], p.Name, p.Spec.NodeName)
+		seen[p.Spec.NodeName] = p.Name
+	}
+}
