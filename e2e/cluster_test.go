@@ -133,10 +133,21 @@ type slurmJob struct {
 	Reason string
 }
 
-// jobsNamed lists the Slurm jobs (any state still on record) whose name starts with prefix.
+// jobsNamed lists the local Slurm's jobs (any state still on record) whose name starts
+// with prefix.
 func jobsNamed(t *testing.T, prefix string) []slurmJob {
 	t.Helper()
-	out := slurmCmd(t, "squeue", "-h", "--states=all", "-o", "%i|%j|%T|%N|%r")
+	return localStack().jobsNamed(t, prefix)
+}
+
+func activeJobsNamed(t *testing.T, prefix string) []slurmJob {
+	t.Helper()
+	return localStack().activeJobsNamed(t, prefix)
+}
+
+// parseSqueue reads the jobs whose name starts with prefix from squeue's lines in the
+// format squeueFormat.
+func parseSqueue(t *testing.T, out, prefix string) []slurmJob {
 	var jobs []slurmJob
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Split(line, "|")
@@ -150,16 +161,8 @@ func jobsNamed(t *testing.T, prefix string) []slurmJob {
 	return jobs
 }
 
-func activeJobsNamed(t *testing.T, prefix string) []slurmJob {
-	var out []slurmJob
-	for _, j := range jobsNamed(t, prefix) {
-		switch j.State {
-		case "PENDING", "RUNNING", "CONFIGURING", "SUSPENDED", "COMPLETING":
-			out = append(out, j)
-		}
-	}
-	return out
-}
+// squeueFormat is the squeue -o format parseSqueue reads.
+const squeueFormat = "%i|%j|%T|%N|%r"
 
 var nonName = regexp.MustCompile(`[^a-z0-9]+`)
 
@@ -184,7 +187,7 @@ func namespaceOn(t *testing.T, st stack) string {
 		ctx := context.Background()
 		_ = kube.CoreV1().Pods(name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)}, metav1.ListOptions{})
 		eventually(t, 60*time.Second, "no Slurm job of namespace "+name+" left after its pods are gone", func() bool {
-			return st.activeJobs(t, name+"/") == 0
+			return len(st.activeJobsNamed(t, name+"/")) == 0
 		})
 		_ = kube.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
 	})

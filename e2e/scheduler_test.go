@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -61,37 +60,7 @@ func TestExclusivePodsQueueInSlurmPriorityOrder(t *testing.T) {
 // 5. A malformed annotation yields an event and no Slurm job; so does a partition Slurm
 // does not have, with Slurm's own words.
 func TestBadInputGetsAnEventAndNoJob(t *testing.T) {
-	ns := namespace(t)
-	// The admission webhook would refuse these pods (e2e/webhook_test.go); this tests the
-	// scheduler's own check, which stands behind it.
-	labelNamespace(t, ns, wellknown.AdmissionIgnoreLabel, wellknown.AdmissionIgnoreValue)
-	cases := map[string]struct {
-		key, value, want string
-	}{
-		"bad-time":      {"time-limit", "-5", "time-limit"},
-		"bad-priority":  {"priority", "urgent", "priority"},
-		"bad-partition": {"partition", "gpu\nPartitionName=evil", "partition"},
-		"bad-shell":     {"account", "x;rm -rf /", "account"},
-	}
-	for name, c := range cases {
-		createPod(t, ns, name, withAnnotation(c.key, c.value))
-	}
-	createPod(t, ns, "no-such-partition", withAnnotation("partition", "nosuchpartition"))
-
-	for name, c := range cases {
-		eventually(t, 30*time.Second, name+" has an InvalidSlurmJobSpec event", func() bool {
-			ev := podEvents(t, getPod(t, ns, name))
-			return strings.Contains(ev, wellknown.EventInvalidSlurmJobSpec) && strings.Contains(ev, c.want)
-		})
-	}
-	eventually(t, 30*time.Second, "Slurm's refusal of an unknown partition shown on the pod", func() bool {
-		ev := podEvents(t, getPod(t, ns, "no-such-partition"))
-		return strings.Contains(ev, wellknown.EventSlurmJobSubmitFailed) && strings.Contains(strings.ToLower(ev), "partition")
-	})
-	assert.Empty(t, jobsNamed(t, ns+"/"), "no Slurm job for any of them")
-	for name := range cases {
-		assert.Empty(t, getPod(t, ns, name).Spec.NodeName)
-	}
+	badInputGetsAnEventAndNoJob(t, localStack(), namespace(t))
 }
 
 // 6. Restarting the scheduler mid-way neither duplicates nor leaks jobs.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/pem"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	certutil "k8s.io/client-go/util/cert"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
@@ -27,8 +29,9 @@ import (
 )
 
 // slapdScript runs inside the Slurm root (startRootDaemon): OpenLDAP's slapd (Debian's
-// package) on 127.0.0.1:$PORT, plain LDAP, read by anyone, its database on $DIR loaded from
-// $LDIF, in the foreground (-d) so that SIGTERM stops it.
+// package) on 127.0.0.1:$PORT, LDAP over TLS (ldaps) with the certificate $CERT and key
+// $KEY, read by anyone, its database on $DIR loaded from $LDIF, in the foreground (-d) so
+// that SIGTERM stops it.
 const slapdScript = `set -e
 mkdir "$DIR/db"
 # OpenSSH-LPK's schema (users' sshPublicKey, which sssd's ssh service reads); Debian's slapd
@@ -40,6 +43,8 @@ attributetype ( 1.3.6.1.4.1.24552.500.1.1.1.13 NAME 'sshPublicKey'
 objectclass ( 1.3.6.1.4.1.24552.500.1.1.2.0 NAME 'ldapPublicKey' SUP top AUXILIARY
   DESC 'OpenSSH LPK objectclass' MAY ( sshPublicKey $ uid ) )
 SCHEMA
+printf '%s\n' "$CERT" >"$DIR/server.crt"
+(umask 077 && printf '%s\n' "$KEY" >"$DIR/server.key")
 cat >"$DIR/slapd.conf" <<CONF
 include /etc/ldap/schema/core.schema
 include /etc/ldap/schema/cosine.schema
@@ -49,6 +54,8 @@ include $DIR/openssh-lpk.schema
 modulepath /usr/lib/ldap
 moduleload back_mdb
 pidfile $DIR/slapd.pid
+TLSCertificateFile $DIR/server.crt
+TLSCertificateKeyFile $DIR/server.key
 database mdb
 maxsize 16777216
 suffix "dc=kubeslurm,dc=test"
@@ -57,7 +64,7 @@ access to * by * read
 CONF
 printf '%s\n' "$LDIF" >"$DIR/directory.ldif"
 slapadd -f "$DIR/slapd.conf" -l "$DIR/directory.ldif"
-exec slapd -f "$DIR/slapd.conf" -h "ldap://127.0.0.1:$PORT/" -d 0
+exec slapd -f "$DIR/slapd.conf" -h "ldaps://127.0.0.1:$PORT/" -d 0
 `
 
 // alicePassword is alice's password in the test directory (a simple bind checks it).
@@ -122,8 +129,8 @@ func execInPod(t *testing.T, ns, pod, container string, command ...string) (stri
 }
 
 // Issue 5, login pods: with a LoginSet's sssdConfRef, the login pod runs sssd with that
-// configuration, so the users of a directory (OpenLDAP's slapd here, started by the test)
-// exist in it; one of them submits a job there, and it runs under the directory's uid and
+// configuration, so the users of a directory (OpenLDAP's slapd here, started by the test,
+// reached over TLS and checked against the CA the Secret holds beside sssd.conf) exist in it; one of them submits a job there, and it runs under the directory's uid and
 // gid on a worker that has no directory of its own.
 func TestSlurmClusterLoginSSSD(t *testing.T) {
 	ctx := context.Background()
@@ -133,9 +140,23 @@ func TestSlurmClusterLoginSSSD(t *testing.T) {
 	require.NoError(t, err)
 	aliceSigner, err := ssh.NewSignerFromKey(aliceKey)
 	require.NoError(t, err)
-	startRootDaemon(t, "slapd", 3389, slapdScript,
-		"LDIF="+directoryLDIF(strings.TrimSpace(string(ssh.MarshalAuthorizedKey(aliceSigner.PublicKey())))))
-	applyExample(t, ns, "slurmcluster-login-sssd.yaml")
+	// The directory's certificate, for 127.0.0.1 (the example's ldap_uri), signed by a CA of
+	// its own, which goes in the example's ca.crt in place of the user's.
+	chain, serverKey, err := certutil.GenerateSelfSignedCertKey("127.0.0.1", nil, nil)
+	require.NoError(t, err)
+	serverCert, rest := pem.Decode(chain)
+	require.NotNil(t, serverCert)
+	caCert, _ := pem.Decode(rest)
+	require.NotNil(t, caCert, "the chain's second certificate: its CA")
+	startRootDaemon(t, "slapd", 3636, slapdScript,
+		"LDIF="+directoryLDIF(strings.TrimSpace(string(ssh.MarshalAuthorizedKey(aliceSigner.PublicKey())))),
+		"CERT="+string(pem.EncodeToMemory(serverCert)), "KEY="+string(serverKey))
+	applyEditedExample(t, ns, "slurmcluster-login-sssd.yaml", func(example string) string {
+		placeholder := regexp.MustCompile(`(?m)^    -----BEGIN CERTIFICATE-----\n(    .*\n)*?    -----END CERTIFICATE-----\n`)
+		require.Len(t, placeholder.FindAllString(example, -1), 1, "the example's ca.crt")
+		ca := "    " + strings.ReplaceAll(strings.TrimSpace(string(pem.EncodeToMemory(caCert))), "\n", "\n    ") + "\n"
+		return placeholder.ReplaceAllLiteralString(example, ca)
+	})
 	t.Cleanup(func() {
 		if t.Failed() {
 			logDaemons(t, ns, "sssd", "login", "slurmctld", "slurmd")

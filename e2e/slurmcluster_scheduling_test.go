@@ -360,7 +360,8 @@ func TestPreemptionOnSlurmCluster(t *testing.T) {
 // Issue 5 with docs/topology.md: a SlurmCluster's spec.topology puts its workers in Slurm
 // blocks by their nodes' NVLink clique label. The runner's node labelled e2e-a: its worker
 // is in block e2e-a in `scontrol show topology`; relabelled e2e-b, it moves there (a new
-// configuration, slurmctld restarted with it), and a job still runs on it.
+// configuration, slurmctld restarted with it); annotated with the block e2e-pinned, which
+// wins over the label, it moves again; and a job still runs on it.
 func TestSlurmClusterTopologyBlocks(t *testing.T) {
 	ctx := context.Background()
 	startPodRunner(t)
@@ -393,6 +394,19 @@ func TestSlurmClusterTopologyBlocks(t *testing.T) {
 	require.True(t, ok, out)
 	t.Logf("scontrol show topology:\n%s", out)
 	assert.NotContains(t, out, "BlockName=e2e-a")
+
+	// The node's block annotation wins over its label.
+	annotateBlock := func(value string) {
+		_, err := kube.CoreV1().Nodes().Patch(ctx, runnerNode, types.MergePatchType,
+			fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%s}}}`, wellknown.TopologyBlockAnnotation, value), metav1.PatchOptions{})
+		require.NoError(t, err)
+	}
+	annotateBlock(`"e2e-pinned"`)
+	t.Cleanup(func() { annotateBlock("null") })
+	eventually(t, 120*time.Second, runnerNode+" moved to block e2e-pinned by its annotation", inBlock("e2e-pinned"))
+	out, ok = slurmCommand(t, c, "/usr/bin/scontrol", "show", "topology")
+	require.True(t, ok, out)
+	assert.NotContains(t, out, "BlockName=e2e-b")
 
 	out, ok = slurmCommand(t, c, "/usr/bin/sbatch", "--parsable", "--chdir", "/tmp", "--output", "/dev/null", "--wrap", "true")
 	require.True(t, ok, out)

@@ -29,8 +29,25 @@ type stack struct {
 	// slurm runs one of Slurm's commands (sbatch, scancel, scontrol, ...) against the Slurm
 	// and returns its output.
 	slurm func(t *testing.T, command string, args ...string) string
-	// activeJobs counts the Slurm's jobs not ended whose name starts with prefix.
-	activeJobs func(t *testing.T, prefix string) int
+}
+
+// jobsNamed lists the Slurm's jobs (any state still on record) whose name starts with prefix.
+func (st stack) jobsNamed(t *testing.T, prefix string) []slurmJob {
+	t.Helper()
+	return parseSqueue(t, st.slurm(t, "squeue", "-h", "--states=all", "-o", squeueFormat), prefix)
+}
+
+// activeJobsNamed is jobsNamed without the jobs that ended.
+func (st stack) activeJobsNamed(t *testing.T, prefix string) []slurmJob {
+	t.Helper()
+	var out []slurmJob
+	for _, j := range st.jobsNamed(t, prefix) {
+		switch j.State {
+		case "PENDING", "RUNNING", "CONFIGURING", "SUSPENDED", "COMPLETING":
+			out = append(out, j)
+		}
+	}
+	return out
 }
 
 // jobState is the JobState of the Slurm job id as scontrol shows it; an ended job stays
@@ -42,14 +59,13 @@ func (st stack) jobState(t *testing.T, id string) string {
 
 // localStack is the local cluster's kubeslurm and Slurm (deploy/local).
 func localStack() stack {
-	return stack{pod: func(*v1.Pod) {}, nodes: nodes, slurm: slurmCmd,
-		activeJobs: func(t *testing.T, prefix string) int { return len(activeJobsNamed(t, prefix)) }}
+	return stack{pod: func(*v1.Pod) {}, nodes: nodes, slurm: slurmCmd}
 }
 
 // clusterStack is the SlurmCluster c's Slurm, its workers on nodes, with the release of
 // installClusterRelease placing pods through it.
 func clusterStack(c *slurmv1.SlurmCluster, nodes []string) stack {
-	st := stack{pod: onCluster, nodes: nodes, slurm: func(t *testing.T, command string, args ...string) string {
+	return stack{pod: onCluster, nodes: nodes, slurm: func(t *testing.T, command string, args ...string) string {
 		t.Helper()
 		out, ok := slurmCommand(t, c, append([]string{"/usr/bin/" + command}, args...)...)
 		require.True(t, ok, "%s %v: %s", command, args, out)
@@ -62,16 +78,6 @@ func clusterStack(c *slurmv1.SlurmCluster, nodes []string) stack {
 		}
 		return strings.TrimSpace(strings.Join(lines, "\n"))
 	}}
-	st.activeJobs = func(t *testing.T, prefix string) int {
-		n := 0
-		for _, name := range strings.Fields(st.slurm(t, "squeue", "-h", "-t", "PENDING,RUNNING,CONFIGURING,SUSPENDED,COMPLETING", "-o", "%j")) {
-			if strings.HasPrefix(name, prefix) {
-				n++
-			}
-		}
-		return n
-	}
-	return st
 }
 
 // sbatchJobAndPodShareNodes: an sbatch --exclusive job holding a node makes a pod that
@@ -139,6 +145,41 @@ func podAndJobEndTogether(t *testing.T, st stack, ns string) {
 	ev := podEvents(t, p)
 	assert.Contains(t, ev, wellknown.EventSlurmJobCancelled)
 	assert.Contains(t, ev, "CANCELLED")
+}
+
+// badInputGetsAnEventAndNoJob: a malformed annotation yields an event and no Slurm job;
+// so does a partition the Slurm does not have, with Slurm's own words.
+func badInputGetsAnEventAndNoJob(t *testing.T, st stack, ns string) {
+	// The admission webhook would refuse these pods (e2e/webhook_test.go); this tests the
+	// scheduler's own check, which stands behind it.
+	labelNamespace(t, ns, wellknown.AdmissionIgnoreLabel, wellknown.AdmissionIgnoreValue)
+	cases := map[string]struct {
+		key, value, want string
+	}{
+		"bad-time":      {"time-limit", "-5", "time-limit"},
+		"bad-priority":  {"priority", "urgent", "priority"},
+		"bad-partition": {"partition", "gpu\nPartitionName=evil", "partition"},
+		"bad-shell":     {"account", "x;rm -rf /", "account"},
+	}
+	for name, c := range cases {
+		createPod(t, ns, name, st.pod, withAnnotation(c.key, c.value))
+	}
+	createPod(t, ns, "no-such-partition", st.pod, withAnnotation("partition", "nosuchpartition"))
+
+	for name, c := range cases {
+		eventually(t, 30*time.Second, name+" has an InvalidSlurmJobSpec event", func() bool {
+			ev := podEvents(t, getPod(t, ns, name))
+			return strings.Contains(ev, wellknown.EventInvalidSlurmJobSpec) && strings.Contains(ev, c.want)
+		})
+	}
+	eventually(t, 30*time.Second, "Slurm's refusal of an unknown partition shown on the pod", func() bool {
+		ev := podEvents(t, getPod(t, ns, "no-such-partition"))
+		return strings.Contains(ev, wellknown.EventSlurmJobSubmitFailed) && strings.Contains(strings.ToLower(ev), "partition")
+	})
+	assert.Empty(t, st.jobsNamed(t, ns+"/"), "no Slurm job for any of them")
+	for name := range cases {
+		assert.Empty(t, getPod(t, ns, name).Spec.NodeName)
+	}
 }
 
 // exclusivePodsQueueInPriorityOrder: five exclusive pods per node, with priorities shuffled

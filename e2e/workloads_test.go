@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -32,9 +33,23 @@ func jobSets(t *testing.T) jobsetclientset.Interface {
 
 // applyExample applies examples/<file> in ns, deleting it at the test's end.
 func applyExample(t *testing.T, ns, file string) {
-	path := filepath.Join(repoRoot, "examples", file)
+	applyFile(t, ns, filepath.Join(repoRoot, "examples", file))
+}
+
+// applyFile applies the manifests of path in ns and deletes them at the end of the test.
+func applyFile(t *testing.T, ns, path string) {
 	nodeKubectl(t, "apply", "-n", ns, "-f", path)
 	t.Cleanup(func() { nodeKubectl(t, "delete", "-n", ns, "--wait=true", "-f", path) })
+}
+
+// applyEditedExample is applyExample of the example as edit changes it: what a user fills
+// in (a CA certificate, say) that the test has its own of.
+func applyEditedExample(t *testing.T, ns, file string, edit func(example string) string) {
+	b, err := os.ReadFile(filepath.Join(repoRoot, "examples", file))
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), file)
+	require.NoError(t, os.WriteFile(path, []byte(edit(string(b))), 0o600))
+	applyFile(t, ns, path)
 }
 
 // waitPods waits until the selector matches n live pods and returns them.

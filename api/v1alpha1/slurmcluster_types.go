@@ -383,7 +383,8 @@ type RestAPISpec struct {
 
 // TopologySpec derives Slurm's block topology from the workers' nodes.
 type TopologySpec struct {
-	// LabelKeys are node labels whose value names a worker's block, the first present wins.
+	// LabelKeys are node labels whose value names a worker's block, the first present wins;
+	// the node annotation kubeslurm.io/topology-block, when set, wins over them.
 	// Default: nvidia.com/gpu.clique (the NVLink domain, set by NVIDIA's GPU operator).
 	// +kubebuilder:validation:MaxItems=8
 	// +optional

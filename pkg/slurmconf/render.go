@@ -17,6 +17,7 @@ import (
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
 	"github.com/kubeslurm/kubeslurm/pkg/topology"
+	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
 
 // Paths inside the daemons' pods, where their volumes are mounted.
@@ -449,7 +450,9 @@ const (
 // TopologyConfig is spec.topology (with its defaults) as pkg/topology takes it.
 func TopologyConfig(c *slurmv1.SlurmCluster) topology.Config {
 	t := c.Spec.Topology
-	cfg := topology.Config{Name: TopologyName, LabelKeys: []string{DefaultTopologyLabel}, DefaultBlock: DefaultTopologyBlock}
+	// The node annotation names a block as it does for the local topology controller's nodes.
+	cfg := topology.Config{Name: TopologyName, Annotation: wellknown.TopologyBlockAnnotation,
+		LabelKeys: []string{DefaultTopologyLabel}, DefaultBlock: DefaultTopologyBlock}
 	if t == nil {
 		return cfg
 	}

@@ -31,6 +31,10 @@ const (
 	loginSetLabel  = "slurm.kubeslurm.io/loginset"
 	// sssdConfPath is where a LoginSet's sssd.conf is mounted in its sssd container.
 	sssdConfPath = "/etc/sssd/sssd.conf"
+	// SSSDSecretDir holds every key of the sssd.conf's Secret in the sssd container: the
+	// directory's CA (ldap_tls_cacert = /etc/sssd/secret/ca.crt), a client certificate or
+	// a bind password file go in that Secret beside sssd.conf.
+	SSSDSecretDir = "/etc/sssd/secret"
 	// SSHHostKeyName is the key of SSHHostKeySecret and its file in the sshd container.
 	SSHHostKeyName = "ssh_host_ed25519_key"
 	sshHostKeyDir  = "/etc/ssh/kubeslurm"
@@ -210,16 +214,22 @@ var sssdDirs = []struct{ volume, path string }{
 }
 
 // addSSSD gives a login pod the users of a directory: an sssd container (the login image
-// has it) with the LoginSet's sssd.conf, sharing its sockets with the login container, so
+// has it) with the LoginSet's sssd.conf and the other keys of its Secret (SSSDSecretDir),
+// sharing its sockets with the login container, so
 // `id alice`, `runuser -u alice -- sbatch ...` and squeue's user names resolve there.
 // sackd sends each command's user name and groups with its credential (AuthInfo
 // use_client_ids, see slurmconf), so slurmctld and the workers need no directory of their own.
 func addSSSD(pod *v1.PodSpec, ref *v1.SecretKeySelector) {
+	// The whole Secret: the controller cannot read Secrets to list the other files sssd.conf
+	// names, so they all come along.
 	pod.Volumes = append(pod.Volumes, v1.Volume{Name: "sssd", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{
 		// sssd refuses a configuration that is not root's and 0600.
-		SecretName: ref.Name, DefaultMode: ptr[int32](0o600), Items: []v1.KeyToPath{{Key: ref.Key, Path: "sssd.conf"}},
+		SecretName: ref.Name, DefaultMode: ptr[int32](0o600),
 	}}})
-	mounts := []v1.VolumeMount{{Name: "sssd", MountPath: sssdConfPath, SubPath: "sssd.conf", ReadOnly: true}}
+	mounts := []v1.VolumeMount{
+		{Name: "sssd", MountPath: sssdConfPath, SubPath: ref.Key, ReadOnly: true},
+		{Name: "sssd", MountPath: SSSDSecretDir, ReadOnly: true},
+	}
 	for _, dir := range sssdDirs {
 		pod.Volumes = append(pod.Volumes, v1.Volume{Name: dir.volume, VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}})
 		mounts = append(mounts, v1.VolumeMount{Name: dir.volume, MountPath: dir.path})

@@ -53,7 +53,8 @@ func TestLoginSetsFollowTheSpec(t *testing.T) {
 	assert.Equal(t, DefaultLoginImage, sssd.Image)
 	assert.Equal(t, []string{"/bin/sh", "-c", "mkdir -p -m 0700 /var/lib/sss/pipes/private && exec /usr/sbin/sssd --interactive --logger=stderr"}, sssd.Command)
 	assert.Equal(t, []v1.VolumeMount{
-		{Name: "sssd", MountPath: "/etc/sssd/sssd.conf", SubPath: "sssd.conf", ReadOnly: true},
+		{Name: "sssd", MountPath: "/etc/sssd/sssd.conf", SubPath: "conf", ReadOnly: true},
+		{Name: "sssd", MountPath: "/etc/sssd/secret", ReadOnly: true},
 		{Name: "sssd-pipes", MountPath: "/var/lib/sss/pipes"},
 		{Name: "sssd-mc", MountPath: "/var/lib/sss/mc"},
 		{Name: "sssd-db", MountPath: "/var/lib/sss/db"},
@@ -67,7 +68,7 @@ func TestLoginSetsFollowTheSpec(t *testing.T) {
 	for _, v := range spec.Volumes {
 		volumes[v.Name] = v.VolumeSource
 	}
-	assert.Equal(t, &v1.SecretVolumeSource{SecretName: "sssd", DefaultMode: ptr[int32](0o600), Items: []v1.KeyToPath{{Key: "conf", Path: "sssd.conf"}}},
+	assert.Equal(t, &v1.SecretVolumeSource{SecretName: "sssd", DefaultMode: ptr[int32](0o600)},
 		volumes["sssd"].Secret)
 	for _, name := range []string{"sssd-pipes", "sssd-mc", "sssd-db"} {
 		assert.NotNil(t, volumes[name].EmptyDir, name)

@@ -49,8 +49,9 @@ type worker struct {
 	kubeNode string
 	// gpus is the node's count of the set's GPU resource (nodeSets[].gpus).
 	gpus int64
-	// nodeLabels are the Kubernetes node's labels (DaemonSet mode): its Slurm block.
-	nodeLabels map[string]string
+	// nodeLabels and nodeAnnotations are the Kubernetes node's (DaemonSet mode): they
+	// name its Slurm block.
+	nodeLabels, nodeAnnotations map[string]string
 }
 
 // desiredWorkerList lists the workers of every NodeSet: DaemonSet mode one per Kubernetes
@@ -75,7 +76,8 @@ func (r *Reconciler) desiredWorkerList(ctx context.Context, c *slurmv1.SlurmClus
 		}
 		for _, n := range nodes.Items {
 			if n.DeletionTimestamp == nil {
-				out = append(out, worker{set: set, slurm: n.Name, kubeNode: n.Name, gpus: nodeGPUs(set, &n), nodeLabels: n.Labels})
+				out = append(out, worker{set: set, slurm: n.Name, kubeNode: n.Name, gpus: nodeGPUs(set, &n),
+					nodeLabels: n.Labels, nodeAnnotations: n.Annotations})
 			}
 		}
 	}

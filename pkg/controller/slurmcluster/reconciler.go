@@ -122,9 +122,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// slurmctld's pod (the StatefulSet's): its exits on a new configuration.
 		Watches(&v1.Pod{}, handler.EnqueueRequestsFromMapFunc(controllerPodCluster)).
 		// DaemonSet-mode NodeSets follow the nodes their selectors match.
-		// Their GPU counts (nodeSets[].gpus) come from the nodes' allocatable resources.
+		// Their GPU counts (nodeSets[].gpus) come from the nodes' allocatable resources,
+		// their topology blocks from the nodes' labels and block annotation.
 		Watches(&v1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allClusters), builder.WithPredicates(
-			predicate.Or[client.Object](predicate.LabelChangedPredicate{}, allocatableChanged))).
+			predicate.Or[client.Object](predicate.LabelChangedPredicate{}, allocatableChanged, blockAnnotationChanged))).
 		Complete(r)
 }
 
@@ -430,6 +431,16 @@ func requeueWithin(result *ctrl.Result, d time.Duration) {
 	if result.RequeueAfter == 0 || d < result.RequeueAfter {
 		result.RequeueAfter = d
 	}
+}
+
+// blockAnnotationChanged passes node updates that change the node's topology block
+// annotation: other annotations change more often and place nothing.
+var blockAnnotationChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		oldBlock, oldSet := e.ObjectOld.GetAnnotations()[wellknown.TopologyBlockAnnotation]
+		newBlock, newSet := e.ObjectNew.GetAnnotations()[wellknown.TopologyBlockAnnotation]
+		return oldBlock != newBlock || oldSet != newSet // set empty is an invalid name, told
+	},
 }
 
 // allocatableChanged passes node updates that change the node's allocatable resources.

@@ -11,9 +11,10 @@ import (
 )
 
 // renderTopology is the cluster's topology.yaml (spec.topology) for the workers it wants:
-// each DaemonSet-mode worker in the block its Kubernetes node's labels name, Replicas-mode
+// each DaemonSet-mode worker in the block its Kubernetes node's annotation (which wins) or
+// labels name, Replicas-mode
 // workers (no node of their own) in the default block. Membership is by the file, so a
-// worker joining, leaving or relabelled changes the configuration (slurmctld restarts with
+// worker joining, leaving or relabelled (or re-annotated) changes the configuration (slurmctld restarts with
 // it, jobs kept). Nodes whose label is no usable block name are returned with why; they are
 // in the default block.
 func renderTopology(c *slurmv1.SlurmCluster, want []worker) ([]byte, []topology.NodeError, error) {
@@ -24,7 +25,7 @@ func renderTopology(c *slurmv1.SlurmCluster, want []worker) ([]byte, []topology.
 			others = append(others, w.slurm)
 			continue
 		}
-		nodes = append(nodes, topology.Node{Name: w.slurm, Labels: w.nodeLabels})
+		nodes = append(nodes, topology.Node{Name: w.slurm, Labels: w.nodeLabels, Annotations: w.nodeAnnotations})
 	}
 	t, bad := topology.Build(slurmconf.TopologyConfig(c), nodes, others, nil)
 	b, err := t.Render()
