@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -65,48 +64,7 @@ func TestBadInputGetsAnEventAndNoJob(t *testing.T) {
 
 // 6. Restarting the scheduler mid-way neither duplicates nor leaks jobs.
 func TestSchedulerRestartKeepsOneJobPerPod(t *testing.T) {
-	ns := namespace(t)
-	const total = 6
-	for i := 0; i < total; i++ {
-		createPod(t, ns, fmt.Sprintf("r%d", i), withAnnotation("exclusive", "true"))
-		if i == 2 {
-			component(t, "restart", "scheduler")
-		}
-	}
-	eventually(t, 90*time.Second, "every pod has its job", func() bool {
-		return len(activeJobsNamed(t, ns+"/")) == total
-	})
-	component(t, "restart", "scheduler")
-	eventually(t, 60*time.Second, "4 pods bound after the restarts", func() bool {
-		n := 0
-		for i := 0; i < total; i++ {
-			if getPod(t, ns, fmt.Sprintf("r%d", i)).Spec.NodeName != "" {
-				n++
-			}
-		}
-		return n == len(nodes)
-	})
-	// Complete the running ones: the remaining two get in, still on their first jobs.
-	for i := 0; i < total; i++ {
-		if p := getPod(t, ns, fmt.Sprintf("r%d", i)); p.Spec.NodeName != "" {
-			complete(t, p)
-		}
-	}
-	for i := 0; i < total; i++ {
-		name := fmt.Sprintf("r%d", i)
-		p := getPod(t, ns, name)
-		if p.Status.Phase != v1.PodSucceeded {
-			waitBound(t, ns, name, 60*time.Second)
-		}
-	}
-	perPod := map[string]int{}
-	for _, j := range jobsNamed(t, ns+"/") {
-		perPod[j.Name]++
-	}
-	require.Len(t, perPod, total)
-	for name, n := range perPod {
-		assert.Equal(t, 1, n, "%s has exactly one Slurm job", name)
-	}
+	schedulerRestartKeepsOneJobPerPod(t, localStack(), namespace(t))
 }
 
 func mustAtoi(t *testing.T, s string) int32 {

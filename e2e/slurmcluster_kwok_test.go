@@ -95,8 +95,9 @@ func createIndexedGang(t *testing.T, ns, name string, n int32, opts ...podOpt) {
 // real slurmd on each kwok node, registered as the Kubernetes node's name; the release's
 // scheduler then makes an indexed Job's gang ONE job of that Slurm across the nodes, each
 // pod (a kwok fake) bound to the node of its rank, and the Job completes. The scenarios of
-// TestSbatchJobAndPodShareNodes, TestPodAndJobEndTogether, TestBadInputGetsAnEventAndNoJob
-// and TestExclusivePodsQueueInSlurmPriorityOrder then run on that Slurm too.
+// TestSbatchJobAndPodShareNodes, TestPodAndJobEndTogether, TestBadInputGetsAnEventAndNoJob,
+// TestSchedulerRestartKeepsOneJobPerPod and TestExclusivePodsQueueInSlurmPriorityOrder then
+// run on that Slurm too.
 func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 	ctx := context.Background()
 	startPodRunner(t) // slurmctld and slurmrestd, on the runner's own node
@@ -169,5 +170,6 @@ func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 	t.Run("sbatch and pods share nodes", func(t *testing.T) { sbatchJobAndPodShareNodes(t, st, namespaceOn(t, st)) })
 	t.Run("pod and job end together", func(t *testing.T) { podAndJobEndTogether(t, st, namespaceOn(t, st)) })
 	t.Run("bad input gets an event and no job", func(t *testing.T) { badInputGetsAnEventAndNoJob(t, st, namespaceOn(t, st)) })
+	t.Run("scheduler restart keeps one job per pod", func(t *testing.T) { schedulerRestartKeepsOneJobPerPod(t, st, namespaceOn(t, st)) })
 	t.Run("exclusive pods queue in Slurm priority order", func(t *testing.T) { exclusivePodsQueueInPriorityOrder(t, st, namespaceOn(t, st)) })
 }

@@ -88,7 +88,7 @@ func regexpField(out, key string) string {
 // kubeslurm-for-slurmcluster.values.yaml for the SlurmCluster c (uninstalled at the end).
 func installClusterRelease(t *testing.T, ns string, c *slurmv1.SlurmCluster) {
 	t.Helper()
-	release := "slurm-kubeslurm"
+	release := clusterRelease
 	helmEnv := helmHome(t)
 	t.Cleanup(func() {
 		out, err := runHelm(helmEnv, "uninstall", release, "--namespace", ns, "--wait", "--timeout", "2m")
@@ -110,6 +110,35 @@ func installClusterRelease(t *testing.T, ns string, c *slurmv1.SlurmCluster) {
 	require.Equal(t, "slurm-jwt-key/jwt_hs256.key", secret+"/"+dataKey, "the example's slurm.jwtKeySecret")
 	out, err := runHelm(helmEnv, args...)
 	require.NoError(t, err, "helm install: %s", out)
+}
+
+// clusterRelease is the name of the kubeslurm release installClusterRelease installs.
+const clusterRelease = "slurm-kubeslurm"
+
+// restartReleaseScheduler deletes the scheduler pod of the release in ns, as a node's loss
+// or an eviction would, and waits until the pod its Deployment makes instead is ready.
+func restartReleaseScheduler(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	selector := metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=scheduler,app.kubernetes.io/instance=" + clusterRelease}
+	pods, err := kube.CoreV1().Pods(ns).List(ctx, selector)
+	require.NoError(t, err)
+	require.Len(t, pods.Items, 1, "the release's one scheduler replica")
+	old := pods.Items[0].Name
+	require.NoError(t, kube.CoreV1().Pods(ns).Delete(ctx, old, metav1.DeleteOptions{}))
+	eventually(t, 120*time.Second, "a new scheduler pod ready in place of "+old, func() bool {
+		pods, err := kube.CoreV1().Pods(ns).List(ctx, selector)
+		require.NoError(t, err)
+		if len(pods.Items) != 1 || pods.Items[0].Name == old {
+			return false
+		}
+		for _, c := range pods.Items[0].Status.Conditions {
+			if c.Type == v1.PodReady {
+				return c.Status == v1.ConditionTrue
+			}
+		}
+		return false
+	})
 }
 
 // onCluster makes a test pod the release's: its schedulerName, and an image the pod runner

@@ -29,6 +29,8 @@ type stack struct {
 	// slurm runs one of Slurm's commands (sbatch, scancel, scontrol, ...) against the Slurm
 	// and returns its output.
 	slurm func(t *testing.T, command string, args ...string) string
+	// restartScheduler restarts the scheduler and returns once it runs again.
+	restartScheduler func(t *testing.T)
 }
 
 // jobsNamed lists the Slurm's jobs (any state still on record) whose name starts with prefix.
@@ -59,25 +61,27 @@ func (st stack) jobState(t *testing.T, id string) string {
 
 // localStack is the local cluster's kubeslurm and Slurm (deploy/local).
 func localStack() stack {
-	return stack{pod: func(*v1.Pod) {}, nodes: nodes, slurm: slurmCmd}
+	return stack{pod: func(*v1.Pod) {}, nodes: nodes, slurm: slurmCmd,
+		restartScheduler: func(t *testing.T) { component(t, "restart", "scheduler") }}
 }
 
 // clusterStack is the SlurmCluster c's Slurm, its workers on nodes, with the release of
 // installClusterRelease placing pods through it.
 func clusterStack(c *slurmv1.SlurmCluster, nodes []string) stack {
-	return stack{pod: onCluster, nodes: nodes, slurm: func(t *testing.T, command string, args ...string) string {
-		t.Helper()
-		out, ok := slurmCommand(t, c, append([]string{"/usr/bin/" + command}, args...)...)
-		require.True(t, ok, "%s %v: %s", command, args, out)
-		// The output is the pod's log: the pod runner's header line, then the command's.
-		var lines []string
-		for _, l := range strings.Split(out, "\n") {
-			if !strings.HasPrefix(l, "===== ") {
-				lines = append(lines, l)
+	return stack{pod: onCluster, nodes: nodes, restartScheduler: func(t *testing.T) { restartReleaseScheduler(t, c.Namespace) },
+		slurm: func(t *testing.T, command string, args ...string) string {
+			t.Helper()
+			out, ok := slurmCommand(t, c, append([]string{"/usr/bin/" + command}, args...)...)
+			require.True(t, ok, "%s %v: %s", command, args, out)
+			// The output is the pod's log: the pod runner's header line, then the command's.
+			var lines []string
+			for _, l := range strings.Split(out, "\n") {
+				if !strings.HasPrefix(l, "===== ") {
+					lines = append(lines, l)
+				}
 			}
-		}
-		return strings.TrimSpace(strings.Join(lines, "\n"))
-	}}
+			return strings.TrimSpace(strings.Join(lines, "\n"))
+		}}
 }
 
 // sbatchJobAndPodShareNodes: an sbatch --exclusive job holding a node makes a pod that
@@ -179,6 +183,53 @@ func badInputGetsAnEventAndNoJob(t *testing.T, st stack, ns string) {
 	assert.Empty(t, st.jobsNamed(t, ns+"/"), "no Slurm job for any of them")
 	for name := range cases {
 		assert.Empty(t, getPod(t, ns, name).Spec.NodeName)
+	}
+}
+
+// schedulerRestartKeepsOneJobPerPod: restarting the scheduler mid-way (while pods are
+// created, and once all have their jobs) neither duplicates nor leaks jobs: two exclusive
+// pods more than nodes each end with exactly one Slurm job, and all run in turn.
+func schedulerRestartKeepsOneJobPerPod(t *testing.T, st stack, ns string) {
+	total := len(st.nodes) + 2
+	for i := 0; i < total; i++ {
+		createPod(t, ns, fmt.Sprintf("r%d", i), st.pod, withAnnotation("exclusive", "true"))
+		if i == 2 {
+			st.restartScheduler(t)
+		}
+	}
+	eventually(t, 90*time.Second, "every pod has its job", func() bool {
+		return len(st.activeJobsNamed(t, ns+"/")) == total
+	})
+	st.restartScheduler(t)
+	eventually(t, 60*time.Second, fmt.Sprintf("%d pods bound after the restarts", len(st.nodes)), func() bool {
+		n := 0
+		for i := 0; i < total; i++ {
+			if getPod(t, ns, fmt.Sprintf("r%d", i)).Spec.NodeName != "" {
+				n++
+			}
+		}
+		return n == len(st.nodes)
+	})
+	// Complete the running ones: the remaining two get in, still on their first jobs.
+	for i := 0; i < total; i++ {
+		if p := getPod(t, ns, fmt.Sprintf("r%d", i)); p.Spec.NodeName != "" {
+			complete(t, p)
+		}
+	}
+	for i := 0; i < total; i++ {
+		name := fmt.Sprintf("r%d", i)
+		p := getPod(t, ns, name)
+		if p.Status.Phase != v1.PodSucceeded {
+			waitBound(t, ns, name, 60*time.Second)
+		}
+	}
+	perPod := map[string]int{}
+	for _, j := range st.jobsNamed(t, ns+"/") {
+		perPod[j.Name]++
+	}
+	require.Len(t, perPod, total)
+	for name, n := range perPod {
+		assert.Equal(t, 1, n, "%s has exactly one Slurm job", name)
 	}
 }
 
