@@ -20,20 +20,7 @@ import (
 
 // The SlurmJob condition and the job's annotations tell the story on the pod.
 func TestJobStateOnThePod(t *testing.T) {
-	ns := namespace(t)
-	p := createPod(t, ns, "told")
-	p = waitBound(t, ns, "told", 60*time.Second)
-	// 30 s: this may run just after another test restarted the controller (TestHelmInstall).
-	eventually(t, 30*time.Second, "SlurmJob condition True with the node", func() bool {
-		c := podConditionOf(getPod(t, ns, "told"), wellknown.SlurmJobCondition)
-		if c != nil {
-			t.Logf("SlurmJob condition: %s %s %q", c.Status, c.Reason, c.Message)
-		}
-		return c != nil && c.Status == v1.ConditionTrue && strings.Contains(c.Message, p.Spec.NodeName)
-	})
-	p = getPod(t, ns, "told")
-	assert.NotEmpty(t, p.Annotations[wellknown.JobStartTimeAnnotation])
-	assert.Contains(t, podEvents(t, p), wellknown.EventSlurmJobAllocated)
+	jobStateOnThePod(t, localStack(), namespace(t))
 }
 
 // 6. A time limit and a preemption each end the pod with the right reason in its events
@@ -146,38 +133,7 @@ func TestDrainWaitsForTheSlurmJob(t *testing.T) {
 // 7. A node that goes NotReady with a running pod: after the grace period the job is
 // cancelled and the pod removed; nothing else is touched.
 func TestNotReadyNodeReleasesItsJob(t *testing.T) {
-	ns := namespace(t)
-	deadNode, liveNode := nodes[2], nodes[3]
-	stuck := waitBound(t, ns, createPod(t, ns, "stuck", onlyOnNode(deadNode)).Name, 60*time.Second)
-	fine := waitBound(t, ns, createPod(t, ns, "fine", onlyOnNode(liveNode)).Name, 60*time.Second)
-	stuckJob, fineJob := jobIDOf(t, stuck), jobIDOf(t, fine)
-
-	// The kubelet dies. kwok plays every node's kubelet, so it is stopped for the test (no
-	// node controller marks the others NotReady meanwhile), and the node's Ready condition
-	// is set Unknown as the node lifecycle controller would.
-	for _, name := range []string{"stuck", "fine"} {
-		eventually(t, 30*time.Second, name+" Running", func() bool { return getPod(t, ns, name).Status.Phase == v1.PodRunning })
-	}
-	component(t, "stop", "kwok")
-	t.Cleanup(func() {
-		component(t, "start", "kwok")
-		eventually(t, 60*time.Second, deadNode+" Ready again", func() bool {
-			n, err := kube.CoreV1().Nodes().Get(context.Background(), deadNode, metav1.GetOptions{})
-			return err == nil && readyOf(n) == v1.ConditionTrue
-		})
-	})
-	setNodeCondition(t, deadNode, v1.NodeCondition{Type: v1.NodeReady, Status: v1.ConditionUnknown,
-		Reason: "NodeStatusUnknown", Message: "e2e: kubelet stopped posting node status"})
-
-	waitGone(t, ns, "stuck", 90*time.Second)
-	assert.Contains(t, podEvents(t, stuck), wellknown.EventNodeNotReady)
-	j, ok := jobByID(t, stuckJob)
-	assert.True(t, !ok || j.State == "CANCELLED", "job %d cancelled: %+v", stuckJob, j)
-
-	j, ok = jobByID(t, fineJob)
-	require.True(t, ok)
-	assert.Equal(t, "RUNNING", j.State, "the pod on a healthy node keeps its job")
-	assert.Equal(t, v1.PodRunning, getPod(t, ns, "fine").Status.Phase)
+	notReadyNodeReleasesItsJob(t, localStack(), namespace(t))
 }
 
 // 5. slurmrestd stopped for 60 s: no pod deleted, no job cancelled, no taint lifted; state

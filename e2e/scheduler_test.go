@@ -1,42 +1,14 @@
 package e2e
 
-import (
-	"strconv"
-	"testing"
-	"time"
+// The scheduler tests of the local cluster. Their scenarios are functions of a stack
+// (stack_test.go), so that they run on a SlurmCluster's Slurm too
+// (TestSlurmClusterWorkersOnKwokNodes).
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-	v1 "k8s.io/api/core/v1"
-
-	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
-)
+import "testing"
 
 // 1. A pod is bound to the node Slurm chose, and squeue shows its job.
 func TestPodIsPlacedBySlurm(t *testing.T) {
-	ns := namespace(t)
-	createPod(t, ns, "placed", withAnnotation("job-name", ns+"/placed"), withAnnotation("time-limit", "30"))
-	p := waitBound(t, ns, "placed", 60*time.Second)
-
-	id := jobIDOf(t, p)
-	job, ok := jobByID(t, id)
-	require.True(t, ok, "squeue shows job %d", id)
-	assert.Equal(t, "RUNNING", job.State)
-	assert.Equal(t, p.Spec.NodeName, job.Nodes, "the pod runs on the node Slurm allocated")
-	assert.Equal(t, ns+"/placed", job.Name)
-
-	eventually(t, 30*time.Second, "job state written onto the pod", func() bool {
-		p = getPod(t, ns, "placed")
-		return p.Annotations[wellknown.JobStateAnnotation] == "RUNNING" &&
-			p.Annotations[wellknown.JobNodesAnnotation] == job.Nodes
-	})
-	eventually(t, 30*time.Second, "pod Running under kwok", func() bool {
-		return getPod(t, ns, "placed").Status.Phase == v1.PodRunning
-	})
-	// The placeholder launched nothing on the node: Slurm sees no batch script.
-	show := slurmCmd(t, "scontrol", "show", "job", strconv.Itoa(int(id)))
-	assert.Contains(t, show, "BatchFlag=0")
-	assert.Contains(t, show, "TimeLimit=00:30:00")
+	podIsPlacedBySlurm(t, localStack(), namespace(t))
 }
 
 // 2. An sbatch --exclusive job holding a node makes a pod that needs it wait, Pending
@@ -65,11 +37,4 @@ func TestBadInputGetsAnEventAndNoJob(t *testing.T) {
 // 6. Restarting the scheduler mid-way neither duplicates nor leaks jobs.
 func TestSchedulerRestartKeepsOneJobPerPod(t *testing.T) {
 	schedulerRestartKeepsOneJobPerPod(t, localStack(), namespace(t))
-}
-
-func mustAtoi(t *testing.T, s string) int32 {
-	t.Helper()
-	n, err := strconv.Atoi(s)
-	require.NoError(t, err, s)
-	return int32(n)
 }

@@ -95,9 +95,10 @@ func createIndexedGang(t *testing.T, ns, name string, n int32, opts ...podOpt) {
 // real slurmd on each kwok node, registered as the Kubernetes node's name; the release's
 // scheduler then makes an indexed Job's gang ONE job of that Slurm across the nodes, each
 // pod (a kwok fake) bound to the node of its rank, and the Job completes. The scenarios of
-// TestSbatchJobAndPodShareNodes, TestPodAndJobEndTogether, TestBadInputGetsAnEventAndNoJob,
-// TestSchedulerRestartKeepsOneJobPerPod and TestExclusivePodsQueueInSlurmPriorityOrder then
-// run on that Slurm too.
+// TestPodIsPlacedBySlurm, TestJobStateOnThePod, TestSbatchJobAndPodShareNodes,
+// TestPodAndJobEndTogether, TestBadInputGetsAnEventAndNoJob,
+// TestSchedulerRestartKeepsOneJobPerPod, TestNotReadyNodeReleasesItsJob and
+// TestExclusivePodsQueueInSlurmPriorityOrder then run on that Slurm too.
 func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 	ctx := context.Background()
 	startPodRunner(t) // slurmctld and slurmrestd, on the runner's own node
@@ -167,9 +168,12 @@ func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 
 	// The local scheduler tests' scenarios (e2e/stack_test.go), on this Slurm.
 	st := clusterStack(c, kwokNodes)
+	t.Run("pod is placed by Slurm", func(t *testing.T) { podIsPlacedBySlurm(t, st, namespaceOn(t, st)) })
+	t.Run("job state on the pod", func(t *testing.T) { jobStateOnThePod(t, st, namespaceOn(t, st)) })
 	t.Run("sbatch and pods share nodes", func(t *testing.T) { sbatchJobAndPodShareNodes(t, st, namespaceOn(t, st)) })
 	t.Run("pod and job end together", func(t *testing.T) { podAndJobEndTogether(t, st, namespaceOn(t, st)) })
 	t.Run("bad input gets an event and no job", func(t *testing.T) { badInputGetsAnEventAndNoJob(t, st, namespaceOn(t, st)) })
 	t.Run("scheduler restart keeps one job per pod", func(t *testing.T) { schedulerRestartKeepsOneJobPerPod(t, st, namespaceOn(t, st)) })
+	t.Run("NotReady node releases its job", func(t *testing.T) { notReadyNodeReleasesItsJob(t, st, namespaceOn(t, st)) })
 	t.Run("exclusive pods queue in Slurm priority order", func(t *testing.T) { exclusivePodsQueueInPriorityOrder(t, st, namespaceOn(t, st)) })
 }

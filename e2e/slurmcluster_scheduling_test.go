@@ -103,6 +103,8 @@ func installClusterRelease(t *testing.T, ns string, c *slurmv1.SlurmCluster) {
 		"slurm.restdURL=http://127.0.0.1:" + strconv.Itoa(int(c.Spec.RestAPI.Port)),
 		"scheduler.image.tag=e2e", "controller.image.tag=e2e", "scheduler.replicas=1",
 		"scheduler.securePort=10279", "controller.metricsPort=18090", "controller.healthPort=18091",
+		// The local controller's short NotReady grace (deploy/local/lib.sh), for the same tests.
+		"controller.extraArgs={--not-ready-grace-period=20s}",
 	} {
 		args = append(args, "--set", v)
 	}

@@ -39,6 +39,17 @@ func (st stack) jobsNamed(t *testing.T, prefix string) []slurmJob {
 	return parseSqueue(t, st.slurm(t, "squeue", "-h", "--states=all", "-o", squeueFormat), prefix)
 }
 
+// jobByID is the Slurm's job id, if it still has it on record.
+func (st stack) jobByID(t *testing.T, id int32) (slurmJob, bool) {
+	t.Helper()
+	for _, j := range st.jobsNamed(t, "") {
+		if j.ID == id {
+			return j, true
+		}
+	}
+	return slurmJob{}, false
+}
+
 // activeJobsNamed is jobsNamed without the jobs that ended.
 func (st stack) activeJobsNamed(t *testing.T, prefix string) []slurmJob {
 	t.Helper()
@@ -82,6 +93,91 @@ func clusterStack(c *slurmv1.SlurmCluster, nodes []string) stack {
 			}
 			return strings.TrimSpace(strings.Join(lines, "\n"))
 		}}
+}
+
+// podIsPlacedBySlurm: a pod is bound to the node Slurm allocated to its placeholder job,
+// which squeue shows running under the name asked for, with no batch script (BatchFlag=0)
+// and the time limit asked for; the job's state and nodes are written onto the pod.
+func podIsPlacedBySlurm(t *testing.T, st stack, ns string) {
+	createPod(t, ns, "placed", st.pod, withAnnotation("job-name", ns+"/placed"), withAnnotation("time-limit", "30"))
+	p := waitBound(t, ns, "placed", 60*time.Second)
+
+	id := jobIDOf(t, p)
+	jobs := st.jobsNamed(t, ns+"/placed")
+	require.Len(t, jobs, 1, "squeue shows the pod's job")
+	job := jobs[0]
+	assert.Equal(t, id, job.ID)
+	assert.Equal(t, "RUNNING", job.State)
+	assert.Equal(t, p.Spec.NodeName, job.Nodes, "the pod runs on the node Slurm allocated")
+	assert.Equal(t, ns+"/placed", job.Name)
+
+	eventually(t, 30*time.Second, "job state written onto the pod", func() bool {
+		p = getPod(t, ns, "placed")
+		return p.Annotations[wellknown.JobStateAnnotation] == "RUNNING" &&
+			p.Annotations[wellknown.JobNodesAnnotation] == job.Nodes
+	})
+	eventually(t, 30*time.Second, "pod Running under kwok", func() bool {
+		return getPod(t, ns, "placed").Status.Phase == v1.PodRunning
+	})
+	// The placeholder launched nothing on the node: Slurm sees no batch script.
+	show := st.slurm(t, "scontrol", "show", "job", strconv.Itoa(int(id)))
+	assert.Contains(t, show, "BatchFlag=0")
+	assert.Contains(t, show, "TimeLimit=00:30:00")
+}
+
+// jobStateOnThePod: the SlurmJob condition, the job's annotations and an event tell the
+// story on the pod.
+func jobStateOnThePod(t *testing.T, st stack, ns string) {
+	p := createPod(t, ns, "told", st.pod)
+	p = waitBound(t, ns, "told", 60*time.Second)
+	// 30 s: this may run just after another test restarted the controller (TestHelmInstall).
+	eventually(t, 30*time.Second, "SlurmJob condition True with the node", func() bool {
+		c := podConditionOf(getPod(t, ns, "told"), wellknown.SlurmJobCondition)
+		if c != nil {
+			t.Logf("SlurmJob condition: %s %s %q", c.Status, c.Reason, c.Message)
+		}
+		return c != nil && c.Status == v1.ConditionTrue && strings.Contains(c.Message, p.Spec.NodeName)
+	})
+	p = getPod(t, ns, "told")
+	assert.NotEmpty(t, p.Annotations[wellknown.JobStartTimeAnnotation])
+	assert.Contains(t, podEvents(t, p), wellknown.EventSlurmJobAllocated)
+}
+
+// notReadyNodeReleasesItsJob: a node that goes NotReady with a running pod: after the
+// controller's grace period the job is cancelled and the pod removed; nothing else is
+// touched.
+func notReadyNodeReleasesItsJob(t *testing.T, st stack, ns string) {
+	deadNode, liveNode := st.nodes[len(st.nodes)-2], st.nodes[len(st.nodes)-1]
+	stuck := waitBound(t, ns, createPod(t, ns, "stuck", st.pod, onlyOnNode(deadNode)).Name, 60*time.Second)
+	fine := waitBound(t, ns, createPod(t, ns, "fine", st.pod, onlyOnNode(liveNode)).Name, 60*time.Second)
+	stuckJob, fineJob := jobIDOf(t, stuck), jobIDOf(t, fine)
+
+	// The kubelet dies. kwok plays every node's kubelet, so it is stopped for the test (no
+	// node controller marks the others NotReady meanwhile), and the node's Ready condition
+	// is set Unknown as the node lifecycle controller would.
+	for _, name := range []string{"stuck", "fine"} {
+		eventually(t, 30*time.Second, name+" Running", func() bool { return getPod(t, ns, name).Status.Phase == v1.PodRunning })
+	}
+	component(t, "stop", "kwok")
+	t.Cleanup(func() {
+		component(t, "start", "kwok")
+		eventually(t, 60*time.Second, deadNode+" Ready again", func() bool {
+			n, err := kube.CoreV1().Nodes().Get(context.Background(), deadNode, metav1.GetOptions{})
+			return err == nil && readyOf(n) == v1.ConditionTrue
+		})
+	})
+	setNodeCondition(t, deadNode, v1.NodeCondition{Type: v1.NodeReady, Status: v1.ConditionUnknown,
+		Reason: "NodeStatusUnknown", Message: "e2e: kubelet stopped posting node status"})
+
+	waitGone(t, ns, "stuck", 90*time.Second)
+	assert.Contains(t, podEvents(t, stuck), wellknown.EventNodeNotReady)
+	j, ok := st.jobByID(t, stuckJob)
+	assert.True(t, !ok || j.State == "CANCELLED", "job %d cancelled: %+v", stuckJob, j)
+
+	j, ok = st.jobByID(t, fineJob)
+	require.True(t, ok)
+	assert.Equal(t, "RUNNING", j.State, "the pod on a healthy node keeps its job")
+	assert.Equal(t, v1.PodRunning, getPod(t, ns, "fine").Status.Phase)
 }
 
 // sbatchJobAndPodShareNodes: an sbatch --exclusive job holding a node makes a pod that
@@ -299,4 +395,11 @@ func requireDistinctNodes(t *testing.T, pods []*v1.Pod) {
 		require.NotContains(t, seen, p.Spec.NodeName, "%s and %s share node %s", seen[p.Spec.NodeName], p.Name, p.Spec.NodeName)
 		seen[p.Spec.NodeName] = p.Name
 	}
+}
+
+func mustAtoi(t *testing.T, s string) int32 {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	require.NoError(t, err, s)
+	return int32(n)
 }
