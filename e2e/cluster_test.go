@@ -313,15 +313,8 @@ func jobIDOf(t *testing.T, p *v1.Pod) int32 {
 	return int32(id)
 }
 
+// jobByID is the local Slurm's job id, if it still has it on record.
 func jobByID(t *testing.T, id int32) (slurmJob, bool) {
 	t.Helper()
-	out, err := runCmd(filepath.Join(runDir, "bin", "squeue"), "-h", "--states=all", "-j", strconv.Itoa(int(id)), "-o", "%i|%j|%T|%N|%r")
-	if err != nil {
-		return slurmJob{}, false // squeue exits non-zero for a job id it no longer has
-	}
-	f := strings.Split(out, "|")
-	if len(f) != 5 {
-		return slurmJob{}, false
-	}
-	return slurmJob{ID: id, Name: f[1], State: f[2], Nodes: f[3], Reason: f[4]}, true
+	return localStack().jobByID(t, id)
 }

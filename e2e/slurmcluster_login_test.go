@@ -130,8 +130,9 @@ func execInPod(t *testing.T, ns, pod, container string, command ...string) (stri
 
 // Issue 5, login pods: with a LoginSet's sssdConfRef, the login pod runs sssd with that
 // configuration, so the users of a directory (OpenLDAP's slapd here, started by the test,
-// reached over TLS and checked against the CA the Secret holds beside sssd.conf) exist in it; one of them submits a job there, and it runs under the directory's uid and
-// gid on a worker that has no directory of its own.
+// reached over TLS and checked against the CA the Secret holds beside sssd.conf) exist in
+// it; one of them submits a job there, and it runs under the directory's uid and gid on a
+// worker that has no directory of its own.
 func TestSlurmClusterLoginSSSD(t *testing.T) {
 	ctx := context.Background()
 	startPodRunner(t)

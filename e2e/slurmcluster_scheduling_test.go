@@ -131,15 +131,7 @@ func restartReleaseScheduler(t *testing.T, ns string) {
 	eventually(t, 120*time.Second, "a new scheduler pod ready in place of "+old, func() bool {
 		pods, err := kube.CoreV1().Pods(ns).List(ctx, selector)
 		require.NoError(t, err)
-		if len(pods.Items) != 1 || pods.Items[0].Name == old {
-			return false
-		}
-		for _, c := range pods.Items[0].Status.Conditions {
-			if c.Type == v1.PodReady {
-				return c.Status == v1.ConditionTrue
-			}
-		}
-		return false
+		return len(pods.Items) == 1 && pods.Items[0].Name != old && podReady(&pods.Items[0])
 	})
 }
 

@@ -342,9 +342,7 @@ func exclusivePodsQueueInPriorityOrder(t *testing.T, st stack, ns string) {
 		createPod(t, ns, name, st.pod, withAnnotation("exclusive", "true"), withAnnotation("priority", strconv.Itoa(prio[name])))
 	}
 	eventually(t, 60*time.Second, fmt.Sprintf("all %d placeholder jobs submitted", total), func() bool {
-		list, err := kube.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: wellknown.JobIDLabel})
-		require.NoError(t, err)
-		return len(list.Items) == total
+		return len(st.activeJobsNamed(t, ns+"/")) == total
 	})
 
 	bound := func() (running []*v1.Pod, waiting []string) {

@@ -215,8 +215,8 @@ var sssdDirs = []struct{ volume, path string }{
 
 // addSSSD gives a login pod the users of a directory: an sssd container (the login image
 // has it) with the LoginSet's sssd.conf and the other keys of its Secret (SSSDSecretDir),
-// sharing its sockets with the login container, so
-// `id alice`, `runuser -u alice -- sbatch ...` and squeue's user names resolve there.
+// sharing its sockets with the login container, so `id alice`, `runuser -u alice --
+// sbatch ...` and squeue's user names resolve there.
 // sackd sends each command's user name and groups with its credential (AuthInfo
 // use_client_ids, see slurmconf), so slurmctld and the workers need no directory of their own.
 func addSSSD(pod *v1.PodSpec, ref *v1.SecretKeySelector) {
