@@ -177,15 +177,15 @@ func TestSlurmClusterAccounting(t *testing.T) {
 		return ok && regexp.MustCompile(`(?m)^acct$`).MatchString(out)
 	})
 
-	out, ok := slurmCommand(t, c, "/usr/bin/sbatch", "--chdir", "/tmp", "--output", "/dev/null", "--wrap", "true")
-	require.True(t, ok, out)
-	m := regexp.MustCompile(`Submitted batch job (\d+)`).FindStringSubmatch(out)
-	require.NotNil(t, m, out)
-	id := m[1]
-	eventually(t, 120*time.Second, "sacct shows job "+id+" COMPLETED", func() bool {
-		out, ok := slurmCommand(t, c, "/usr/bin/sacct", "-X", "-n", "-P", "-j", id, "-o", "JobID,State")
-		return ok && regexp.MustCompile(`(?m)^`+id+`\|COMPLETED$`).MatchString(out)
-	})
+	accounted := func() string {
+		id := clusterSbatch(t, c, "--chdir", "/tmp", "--output", "/dev/null", "--wrap", "true")
+		eventually(t, 120*time.Second, "sacct shows job "+id+" COMPLETED", func() bool {
+			out, ok := slurmCommand(t, c, "/usr/bin/sacct", "-X", "-n", "-P", "-j", id, "-o", "JobID,State")
+			return ok && regexp.MustCompile(`(?m)^`+id+`\|COMPLETED$`).MatchString(out)
+		})
+		return id
+	}
+	id := accounted()
 
 	// slurmrestd serves the same record from slurmdbd (openapi/slurmdbd).
 	eventually(t, 60*time.Second, "slurmrestd's slurmdb endpoint has job "+id+" COMPLETED", func() bool {
@@ -193,6 +193,17 @@ func TestSlurmClusterAccounting(t *testing.T) {
 		return code == 200 && regexp.MustCompile(`"job_id":\s*`+id+`\b`).Match(body) &&
 			regexp.MustCompile(`"current":\s*\[\s*"COMPLETED"`).Match(body)
 	})
+
+	// The auth/slurm key rotated in place reaches slurmdbd too: it starts again in its
+	// container with the new key set. Once the old key is dropped, slurmctld signs with the
+	// new one alone, so a job's record reaches sacct only through a slurmdbd that read it.
+	daemons := clusterDaemons(t, ns, "slurmctld", "slurmd", "slurmdbd")
+	require.Len(t, daemons, 3)
+	// (slurmdbd's first start on the new database ends once, before this.)
+	before := restarts(t, ns, daemons)
+	rotateSlurmKey(t, c, daemons)
+	accounted()
+	assert.Equal(t, before, restarts(t, ns, daemons), "no container restarted, no pod replaced")
 }
 
 // logDaemons logs the pod runner's container logs of the namespace's pods whose container

@@ -234,23 +234,31 @@ func createLocalCluster(t *testing.T, ns string, mutate func(*slurmv1.SlurmClust
 // runnerNode2 is a second pod runner's node, for a SlurmCluster of two workers.
 const runnerNode2 = runnerNode + "-2"
 
+// twoRunnerCluster starts two pod runners (two Kubernetes nodes on this one host) and, in
+// a new namespace, the SlurmCluster of examples/slurmcluster-local.yaml with one NodeSet
+// per runner's node (the second slurmd takes another port), and waits until both workers
+// are idle.
+func twoRunnerCluster(t *testing.T) (string, *slurmv1.SlurmCluster) {
+	t.Helper()
+	startPodRunner(t)
+	startPodRunnerOn(t, runnerNode2, "podrunner-2", runnerOnly)
+	ns := namespace(t)
+	createLocalCluster(t, ns, func(c *slurmv1.SlurmCluster) {
+		c.Spec.NodeSets[0].NodeSelector = map[string]string{v1.LabelHostname: runnerNode}
+		c.Spec.NodeSets = append(c.Spec.NodeSets, slurmv1.NodeSetSpec{Name: "runner2", Port: ptrTo[int32](6838),
+			NodeSelector: map[string]string{v1.LabelHostname: runnerNode2}, Features: []string{"local"}})
+		c.Spec.Partitions[0].NodeSets = []string{"runner", "runner2"}
+	})
+	return ns, waitSlurmClusterReady(t, ns, runnerNode, runnerNode2)
+}
+
 // Issue 5, a pod group through a SlurmCluster's Slurm: two pod runners (two Kubernetes
 // nodes on this one host, so the second NodeSet's slurmd takes another port), a worker on
 // each, and the release's scheduler makes the group's two pods ONE two-node job of that
 // Slurm, each pod bound to one of its nodes, both running.
 func TestPodGroupOnSlurmCluster(t *testing.T) {
 	ctx := context.Background()
-	startPodRunner(t)
-	startPodRunnerOn(t, runnerNode2, "podrunner-2", runnerOnly)
-	ns := namespace(t)
-	c := createLocalCluster(t, ns, func(c *slurmv1.SlurmCluster) {
-		// One NodeSet per runner's node.
-		c.Spec.NodeSets[0].NodeSelector = map[string]string{v1.LabelHostname: runnerNode}
-		c.Spec.NodeSets = append(c.Spec.NodeSets, slurmv1.NodeSetSpec{Name: "runner2", Port: ptrTo[int32](6838),
-			NodeSelector: map[string]string{v1.LabelHostname: runnerNode2}, Features: []string{"local"}})
-		c.Spec.Partitions[0].NodeSets = []string{"runner", "runner2"}
-	})
-	c = waitSlurmClusterReady(t, ns, runnerNode, runnerNode2)
+	ns, c := twoRunnerCluster(t)
 	installClusterRelease(t, ns, c)
 
 	pods := waitAllBound(t, createPodGroup(t, ns, "train", 2, nil, onCluster), 90*time.Second)

@@ -64,6 +64,17 @@ func restGet(t *testing.T, c *slurmv1.SlurmCluster, url string) ([]byte, int) {
 // would from a login pod (the cluster's /etc/slurm mounted, as the slurm user), waits for it
 // to end and returns its output (the pod runner's container log) and whether it exited 0.
 // It authenticates with auth/jwt: a token minted from the cluster's JWT key (Slurm's
+// clusterSbatch submits a batch job with sbatch args through the cluster's Slurm and
+// returns its id.
+func clusterSbatch(t *testing.T, c *slurmv1.SlurmCluster, args ...string) string {
+	t.Helper()
+	out, ok := slurmCommand(t, c, append([]string{"/usr/bin/sbatch"}, args...)...)
+	require.True(t, ok, out)
+	m := regexp.MustCompile(`Submitted batch job (\d+)`).FindStringSubmatch(out)
+	require.NotNil(t, m, out)
+	return m[1]
+}
+
 // commands make auth/slurm credentials only through a local sackd or slurmd).
 func slurmCommand(t *testing.T, c *slurmv1.SlurmCluster, args ...string) (string, bool) {
 	t.Helper()

@@ -41,6 +41,8 @@ type podRun struct {
 	grace atomic.Int64
 
 	prepared   bool
+	files      map[string]map[string]bool // per volume, the files syncFiles wrote
+	refreshed  time.Time                  // when the volumes were last refreshed
 	startedAt  metav1.Time
 	containers []*container
 	reported   *v1.PodStatus
@@ -61,6 +63,10 @@ type container struct {
 	readyFails, liveFails int
 	nextReady, nextLive   time.Time
 }
+
+// volumeRefreshPeriod is how often a running pod's ConfigMap and Secret volumes are
+// brought up to date (a kubelet's sync takes up to a minute or so; shorter here, for tests).
+const volumeRefreshPeriod = 5 * time.Second
 
 // startPodRun starts running pod until ctx ends or stop is called.
 func startPodRun(ctx context.Context, r *runner, pod *v1.Pod) *podRun {
@@ -115,10 +121,14 @@ func (pr *podRun) step(ctx context.Context) {
 			}
 			klog.V(2).InfoS("volumes not ready", "pod", klog.KObj(pr.pod), "err", err)
 		} else {
-			pr.prepared = true
+			pr.prepared, pr.refreshed = true, time.Now()
 		}
 	}
 	now := time.Now()
+	if pr.prepared && now.Sub(pr.refreshed) >= volumeRefreshPeriod {
+		pr.refreshVolumes(ctx)
+		pr.refreshed = now
+	}
 	for _, c := range pr.containers {
 		if c.proc != nil {
 			select {

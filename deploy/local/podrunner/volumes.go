@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 )
 
 func (pr *podRun) volumeDir(name string) string { return filepath.Join(pr.dir, "volumes", name) }
@@ -21,6 +23,7 @@ func (pr *podRun) volumeDir(name string) string { return filepath.Join(pr.dir, "
 // cluster has no storage provisioner: the claim stays Pending, its data is here). A missing
 // ConfigMap or Secret fails it (the pod waits in ContainerCreating and it is tried again).
 func (pr *podRun) prepareVolumes(ctx context.Context) error {
+	pr.files = map[string]map[string]bool{}
 	for _, vol := range pr.pod.Spec.Volumes {
 		dir := pr.volumeDir(vol.Name)
 		if err := os.RemoveAll(dir); err != nil {
@@ -31,12 +34,11 @@ func (pr *podRun) prepareVolumes(ctx context.Context) error {
 		}
 		var err error
 		switch s := vol.VolumeSource; {
-		case s.ConfigMap != nil:
-			err = pr.writeConfigMap(ctx, dir, s.ConfigMap.Name, s.ConfigMap.Items, s.ConfigMap.DefaultMode, s.ConfigMap.Optional)
-		case s.Secret != nil:
-			err = pr.writeSecret(ctx, dir, s.Secret.SecretName, s.Secret.Items, s.Secret.DefaultMode, s.Secret.Optional)
-		case s.Projected != nil:
-			err = pr.writeProjected(ctx, dir, s.Projected)
+		case s.ConfigMap != nil || s.Secret != nil || s.Projected != nil:
+			var files map[string]volumeFile
+			if files, err = pr.volumeFiles(ctx, s, true); err == nil {
+				err = pr.syncFiles(vol.Name, files)
+			}
 		case s.EmptyDir != nil:
 			err = pr.own(dir, 0o777)
 		case s.HostPath != nil:
@@ -66,9 +68,81 @@ func (pr *podRun) prepareVolumes(ctx context.Context) error {
 	return nil
 }
 
-func (pr *podRun) writeConfigMap(ctx context.Context, dir, name string, items []v1.KeyToPath, mode *int32, optional *bool) error {
+// refreshVolumes brings the running pod's ConfigMap, Secret and projected volumes up to
+// date with their objects, as a kubelet does: a changed file is replaced by a rename (a
+// process sees the old or the new content, never half), a key gone is removed. Mounts by
+// subPath keep the file they were started with (they are bound to it), as under a kubelet.
+// Tokens are not refreshed. An object that cannot be read leaves the files as they are.
+func (pr *podRun) refreshVolumes(ctx context.Context) {
+	for _, vol := range pr.pod.Spec.Volumes {
+		if s := vol.VolumeSource; s.ConfigMap != nil || s.Secret != nil || s.Projected != nil {
+			files, err := pr.volumeFiles(ctx, s, false)
+			if err == nil {
+				err = pr.syncFiles(vol.Name, files)
+			}
+			if err != nil {
+				klog.V(2).InfoS("volume not refreshed", "pod", klog.KObj(pr.pod), "volume", vol.Name, "err", err)
+			}
+		}
+	}
+}
+
+// volumeFile is one file of a ConfigMap, Secret or projected volume.
+type volumeFile struct {
+	data []byte
+	mode os.FileMode
+}
+
+// volumeFiles reads the files of a ConfigMap, Secret or projected volume from their
+// objects; service-account tokens are asked for only withTokens.
+func (pr *podRun) volumeFiles(ctx context.Context, s v1.VolumeSource, withTokens bool) (map[string]volumeFile, error) {
+	files := map[string]volumeFile{}
+	switch {
+	case s.ConfigMap != nil:
+		return files, pr.configMapFiles(ctx, files, s.ConfigMap.Name, s.ConfigMap.Items, s.ConfigMap.DefaultMode, s.ConfigMap.Optional)
+	case s.Secret != nil:
+		return files, pr.secretFiles(ctx, files, s.Secret.SecretName, s.Secret.Items, s.Secret.DefaultMode, s.Secret.Optional)
+	}
+	p := s.Projected
+	for _, src := range p.Sources {
+		var err error
+		switch {
+		case src.ServiceAccountToken != nil:
+			if withTokens {
+				err = pr.tokenFiles(ctx, files, src.ServiceAccountToken, p.DefaultMode)
+			}
+		case src.ConfigMap != nil:
+			err = pr.configMapFiles(ctx, files, src.ConfigMap.Name, src.ConfigMap.Items, p.DefaultMode, src.ConfigMap.Optional)
+		case src.Secret != nil:
+			err = pr.secretFiles(ctx, files, src.Secret.Name, src.Secret.Items, p.DefaultMode, src.Secret.Optional)
+		case src.DownwardAPI != nil:
+			data := map[string][]byte{}
+			var items []v1.KeyToPath
+			for _, f := range src.DownwardAPI.Items {
+				if f.FieldRef == nil {
+					return nil, fmt.Errorf("downwardAPI %s: only fieldRef is supported", f.Path)
+				}
+				v, ferr := pr.field(f.FieldRef.FieldPath)
+				if ferr != nil {
+					return nil, ferr
+				}
+				data[f.Path] = []byte(v)
+				items = append(items, v1.KeyToPath{Key: f.Path, Path: f.Path, Mode: f.Mode})
+			}
+			err = addItems(files, data, items, p.DefaultMode, false)
+		default:
+			err = fmt.Errorf("unsupported projected source")
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
+}
+
+func (pr *podRun) configMapFiles(ctx context.Context, files map[string]volumeFile, name string, items []v1.KeyToPath, mode *int32, optional *bool) error {
 	cm, err := pr.r.kube.CoreV1().ConfigMaps(pr.pod.Namespace).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) && optional != nil && *optional {
+	if apierrors.IsNotFound(err) && isTrue(optional) {
 		return nil
 	}
 	if err != nil {
@@ -81,58 +155,25 @@ func (pr *podRun) writeConfigMap(ctx context.Context, dir, name string, items []
 	for k, v := range cm.BinaryData {
 		data[k] = v
 	}
-	return pr.writeItems(dir, data, items, mode)
+	return addItems(files, data, items, mode, isTrue(optional))
 }
 
-func (pr *podRun) writeSecret(ctx context.Context, dir, name string, items []v1.KeyToPath, mode *int32, optional *bool) error {
+func (pr *podRun) secretFiles(ctx context.Context, files map[string]volumeFile, name string, items []v1.KeyToPath, mode *int32, optional *bool) error {
 	s, err := pr.r.kube.CoreV1().Secrets(pr.pod.Namespace).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) && optional != nil && *optional {
+	if apierrors.IsNotFound(err) && isTrue(optional) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("secret %s: %w", name, err)
 	}
-	return pr.writeItems(dir, s.Data, items, mode)
+	return addItems(files, s.Data, items, mode, isTrue(optional))
 }
 
-func (pr *podRun) writeProjected(ctx context.Context, dir string, p *v1.ProjectedVolumeSource) error {
-	for _, src := range p.Sources {
-		var err error
-		switch {
-		case src.ServiceAccountToken != nil:
-			err = pr.writeToken(ctx, dir, src.ServiceAccountToken, p.DefaultMode)
-		case src.ConfigMap != nil:
-			err = pr.writeConfigMap(ctx, dir, src.ConfigMap.Name, src.ConfigMap.Items, p.DefaultMode, src.ConfigMap.Optional)
-		case src.Secret != nil:
-			err = pr.writeSecret(ctx, dir, src.Secret.Name, src.Secret.Items, p.DefaultMode, src.Secret.Optional)
-		case src.DownwardAPI != nil:
-			data := map[string][]byte{}
-			var items []v1.KeyToPath
-			for _, f := range src.DownwardAPI.Items {
-				if f.FieldRef == nil {
-					return fmt.Errorf("downwardAPI %s: only fieldRef is supported", f.Path)
-				}
-				v, ferr := pr.field(f.FieldRef.FieldPath)
-				if ferr != nil {
-					return ferr
-				}
-				data[f.Path] = []byte(v)
-				items = append(items, v1.KeyToPath{Key: f.Path, Path: f.Path, Mode: f.Mode})
-			}
-			err = pr.writeItems(dir, data, items, p.DefaultMode)
-		default:
-			err = fmt.Errorf("unsupported projected source")
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
+func isTrue(b *bool) bool { return b != nil && *b }
 
 // writeToken asks the API server for a token of the pod's ServiceAccount, bound to the pod
 // (TokenRequest, as a kubelet does). It is not refreshed.
-func (pr *podRun) writeToken(ctx context.Context, dir string, t *v1.ServiceAccountTokenProjection, mode *int32) error {
+func (pr *podRun) tokenFiles(ctx context.Context, files map[string]volumeFile, t *v1.ServiceAccountTokenProjection, mode *int32) error {
 	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
 		ExpirationSeconds: t.ExpirationSeconds,
 		BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pr.pod.Name, UID: pr.pod.UID},
@@ -148,12 +189,12 @@ func (pr *podRun) writeToken(ctx context.Context, dir string, t *v1.ServiceAccou
 	if err != nil {
 		return fmt.Errorf("token of serviceaccount %s: %w", sa, err)
 	}
-	return pr.writeItems(dir, map[string][]byte{t.Path: []byte(tok.Status.Token)}, nil, mode)
+	return addItems(files, map[string][]byte{t.Path: []byte(tok.Status.Token)}, nil, mode, false)
 }
 
-// writeItems writes data (only items, under their paths, when given) with the items' or
-// the default mode (0644), group-owned by the pod's fsGroup.
-func (pr *podRun) writeItems(dir string, data map[string][]byte, items []v1.KeyToPath, defMode *int32) error {
+// addItems adds data (only items, under their paths, when given) to files with the items'
+// or the default mode (0644). An item whose key is missing is an error, unless optional.
+func addItems(files map[string]volumeFile, data map[string][]byte, items []v1.KeyToPath, defMode *int32, optional bool) error {
 	mode := os.FileMode(0o644)
 	if defMode != nil {
 		mode = os.FileMode(*defMode)
@@ -165,24 +206,55 @@ func (pr *podRun) writeItems(dir string, data map[string][]byte, items []v1.KeyT
 	}
 	for _, it := range items {
 		v, ok := data[it.Key]
-		if !ok {
+		switch {
+		case !ok && optional:
+			continue
+		case !ok:
 			return fmt.Errorf("no key %s", it.Key)
 		}
 		m := mode
 		if it.Mode != nil {
 			m = os.FileMode(*it.Mode)
 		}
-		f := filepath.Join(dir, it.Path)
-		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+		files[it.Path] = volumeFile{data: v, mode: m}
+	}
+	return nil
+}
+
+// syncFiles makes volume vol's directory hold files, group-owned by the pod's fsGroup: a
+// new or changed file is written beside and renamed over, a file it wrote before that is
+// no longer among files is removed; others (a token) are left alone.
+func (pr *podRun) syncFiles(vol string, files map[string]volumeFile) error {
+	dir := pr.volumeDir(vol)
+	for path := range pr.files[vol] {
+		if _, ok := files[path]; !ok {
+			if err := os.Remove(filepath.Join(dir, path)); err != nil && !os.IsNotExist(err) {
+				return err
+			}
+		}
+	}
+	written := map[string]bool{}
+	for path, f := range files {
+		written[path] = true
+		dst := filepath.Join(dir, path)
+		if old, err := os.ReadFile(dst); err == nil && bytes.Equal(old, f.data) {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return err
 		}
-		if err := os.WriteFile(f, v, m); err != nil {
+		tmp := filepath.Join(filepath.Dir(dst), ".."+filepath.Base(dst)+".tmp")
+		if err := os.WriteFile(tmp, f.data, f.mode); err != nil {
 			return err
 		}
-		if err := pr.own(f, m); err != nil {
+		if err := pr.own(tmp, f.mode); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, dst); err != nil {
 			return err
 		}
 	}
+	pr.files[vol] = written
 	return nil
 }
 

@@ -46,7 +46,7 @@ func AccountingName(c *slurmv1.SlurmCluster) string { return c.Name + "-accounti
 // there: slurmdbd looks for slurmdbd.conf and slurm.key next to slurm.conf. A password
 // that slurmdbd.conf cannot hold unquoted (empty, not printable ASCII, a space, '#', '"'
 // or '\') ends the container with exit code 4, never written into the file.
-const slurmdbdScript = `set -eu
+var slurmdbdScript = `set -eu
 umask 077
 pass=$(cat ` + passwordDir + `/password)
 case $pass in
@@ -55,15 +55,21 @@ case $pass in
   exit 4 ;;
 esac
 dir=` + slurmconf.SlurmdbdRunDir + `
-for f in ` + slurmconf.ConfigDir + `/*; do
-  [ "${f##*/}" = slurmdbd.conf ] || ln -sf "$f" "$dir/"
-done
 rm -f "$dir/slurmdbd.conf"
 { cat ` + slurmconf.ConfigDir + `/slurmdbd.conf; printf 'StoragePass=%s\n' "$pass"; } >"$dir/slurmdbd.conf"
 chmod 600 "$dir/slurmdbd.conf"
 unset pass
 export SLURM_CONF="$dir/slurm.conf"
-exec /usr/sbin/slurmdbd "$@"
+# Linked at each start: a key file that appeared since (slurm.jwks) is seen too.
+slurmdbd() {
+  for f in ` + slurmconf.ConfigDir + `/*; do
+    [ "${f##*/}" = slurmdbd.conf ] || ln -sf "$f" "$dir/"
+  done
+  exec /usr/sbin/slurmdbd "$@"
+}
+set +e
+KEY_DIR=` + slurmconf.ConfigDir + `
+` + keyWatchShell + `supervise restart slurmdbd "$@"
 `
 
 // accountingDeployment fills slurmdbd's Deployment: one pod (Recreate: never two slurmdbd

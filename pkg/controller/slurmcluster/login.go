@@ -58,6 +58,9 @@ func loginLabels(c *slurmv1.SlurmCluster, set *slurmv1.LoginSetSpec) map[string]
 	return labels
 }
 
+// loginKeyDir is where a login pod's sackd finds the auth/slurm key files.
+const loginKeyDir = "/etc/slurm-key"
+
 // loginDeployment fills a LoginSet's Deployment: pods where users run sbatch, squeue and
 // the rest (kubectl exec). Each runs sackd, configless: it fetches slurm.conf from slurmctld
 // and hands Slurm's commands their auth/slurm credentials, so the pod holds the key but no
@@ -69,7 +72,6 @@ func loginDeployment(c *slurmv1.SlurmCluster, set *slurmv1.LoginSetSpec, d *apps
 		image = DefaultLoginImage
 	}
 	_, addr := slurmconf.ControllerHost(c)
-	keySecret, key := SlurmKeySecret(c)
 	d.Labels = labels
 	d.Spec.Replicas = ptr(ptrOr(set.Replicas, 1))
 	d.Spec.Selector = &metav1.LabelSelector{MatchLabels: labels}
@@ -80,8 +82,10 @@ func loginDeployment(c *slurmv1.SlurmCluster, set *slurmv1.LoginSetSpec, d *apps
 		Containers: []v1.Container{{
 			Name:  componentLogin,
 			Image: image,
+			// A changed key restarts sackd (keyreload.go).
+			Command: []string{"/bin/sh", "-c", supervisedScript(loginKeyDir, "restart", "/usr/sbin/sackd"), "sackd"},
 			Args: []string{"-D", "--conf-server", fmt.Sprintf("%s:%d", addr, controllerPort(c)),
-				"--key-file", "/etc/slurm-key/" + SlurmKeyName},
+				"--key-file", loginKeyDir + "/" + SlurmKeyName},
 			// sackd 26.05 takes its port from the environment (its -p is documented, not parsed).
 			Env:   []v1.EnvVar{{Name: "SACKD_PORT", Value: fmt.Sprint(LoginSackdPort)}},
 			Ports: []v1.ContainerPort{{Name: "sackd", ContainerPort: LoginSackdPort}},
@@ -91,7 +95,7 @@ func loginDeployment(c *slurmv1.SlurmCluster, set *slurmv1.LoginSetSpec, d *apps
 				TimeoutSeconds: 10,
 			},
 			VolumeMounts: []v1.VolumeMount{
-				{Name: "key", MountPath: "/etc/slurm-key", ReadOnly: true},
+				{Name: "key", MountPath: loginKeyDir, ReadOnly: true},
 				// sackd's fetched configuration and its socket, which the commands look for.
 				{Name: "run", MountPath: "/run/slurm"},
 				// Empty: a slurm.conf in the image would win over sackd's.
@@ -99,9 +103,7 @@ func loginDeployment(c *slurmv1.SlurmCluster, set *slurmv1.LoginSetSpec, d *apps
 			},
 		}},
 		Volumes: []v1.Volume{
-			{Name: "key", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{
-				SecretName: keySecret, DefaultMode: ptr[int32](0o400), Items: []v1.KeyToPath{{Key: key, Path: SlurmKeyName}},
-			}}},
+			slurmKeyVolume(c, "key"),
 			{Name: "run", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
 			{Name: "etc", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
 		},

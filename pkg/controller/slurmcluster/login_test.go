@@ -38,6 +38,7 @@ func TestLoginSetsFollowTheSpec(t *testing.T) {
 	assert.Equal(t, DefaultLoginImage, ctr.Image)
 	assert.Equal(t, []string{"-D", "--conf-server", "slurm-controller.hpc.svc:6817", "--key-file", "/etc/slurm-key/slurm.key"}, ctr.Args)
 	assert.Equal(t, []v1.EnvVar{{Name: "SACKD_PORT", Value: "6828"}}, ctr.Env)
+	assert.Equal(t, []string{"/bin/sh", "-c", supervisedScript("/etc/slurm-key", "restart", "/usr/sbin/sackd"), "sackd"}, ctr.Command)
 	assert.Equal(t, []string{"/usr/bin/sinfo", "--noheader", "--summarize"}, ctr.ReadinessProbe.Exec.Command)
 	assert.Len(t, users.Spec.Template.Spec.Volumes, 3, "the key, /run/slurm and an empty /etc/slurm: no sssd.conf asked for")
 

@@ -113,12 +113,15 @@ const unregisteredExit = 3
 //     node's removal, once slurmd (and its socket) is gone, with a JWT asked for before. An
 //     unreachable slurmctld keeps it waiting (fail closed: jobs may still run); the grace
 //     period bounds the wait. A node Slurm does not have is not waited for.
+//   - When the key files change (keyreload.go) it sends slurmd SIGHUP: slurmd re-executes
+//     itself and reads them again; its jobs keep running.
 //   - While it runs, it checks every 5 s that Slurm has the node. slurmd running while Slurm
 //     has no node of its name (it never registered within 2 min, or its record was deleted)
 //     ends the container with exit code 3, and the controller recreates the pod. Only
 //     "not found" counts: an unreachable slurmctld is no reason.
-const workerScript = `/usr/sbin/slurmd "$@" &
+var workerScript = "KEY_DIR=" + slurmconf.ConfigDir + "\n" + keyWatchShell + `SLURM_SACK_JWKS=$KEY_DIR/slurm.jwks /usr/sbin/slurmd "$@" &
 slurmd=$!
+keys=$(keysum)
 drain() {
   if scontrol show node "$SLURM_NODE" 2>&1 | grep -q "not found"; then
     kill -TERM "$slurmd"; wait "$slurmd"; exit 0
@@ -134,6 +137,11 @@ trap drain TERM
 registered=0 missing=0 checks=0
 while kill -0 "$slurmd" 2>/dev/null; do
   sleep 5 & wait $!
+  if now=$(keysum) && [ "$now" != "$keys" ]; then
+    keys=$now
+    echo "kubeslurm: the key files in $KEY_DIR changed: slurmd reads them again (hup)" >&2
+    kill -HUP "$slurmd"
+  fi
   checks=$((checks + 1))
   case $(scontrol show node "$SLURM_NODE" 2>&1) in
   *"not found"*) missing=$((missing + 1)) ;;
@@ -206,7 +214,6 @@ func workerPod(c *slurmv1.SlurmCluster, w worker) (*v1.Pod, error) {
 	if image == "" {
 		image = DefaultWorkerImage
 	}
-	keySecret, key := SlurmKeySecret(c)
 	labels := componentLabels(c, componentSlurmd)
 	labels[nodeSetLabel] = w.set.Name
 	pod := &v1.Pod{
@@ -242,9 +249,7 @@ func workerPod(c *slurmv1.SlurmCluster, w worker) (*v1.Pod, error) {
 				},
 			}},
 			Volumes: []v1.Volume{
-				{Name: "key", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{
-					SecretName: keySecret, DefaultMode: ptr[int32](0o400), Items: []v1.KeyToPath{{Key: key, Path: SlurmKeyName}},
-				}}},
+				slurmKeyVolume(c, "key"),
 				{Name: "spool", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
 				{Name: "run", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
 			},

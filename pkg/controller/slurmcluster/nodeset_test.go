@@ -81,7 +81,7 @@ func TestWorkersFollowTheNodeSets(t *testing.T) {
 	// slurmd under the drain-on-delete wrapper, with the grace period to drain in.
 	assert.Equal(t, []string{"/bin/sh", "-c", workerScript, "slurmd"}, n1.Spec.Containers[0].Command)
 	assert.Equal(t, int64(DefaultDrainSeconds), *n1.Spec.TerminationGracePeriodSeconds)
-	assert.Equal(t, "slurm-slurm-key", n1.Spec.Volumes[0].Secret.SecretName)
+	assert.Equal(t, slurmKeyProjections(f.cluster()), n1.Spec.Volumes[0].Projected.Sources)
 	// Replicas mode: ordinal names, placed by the scheduler.
 	r2 := pods["slurm-r-2"]
 	require.NotNil(t, r2)

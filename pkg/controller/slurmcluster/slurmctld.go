@@ -65,17 +65,13 @@ func ConfigVolume(c *slurmv1.SlurmCluster) v1.Volume { return configVolumeOf(c, 
 // configVolumeOf is ConfigVolume with the files of ConfigMap cm (slurmctld's may be the kept
 // one, configapply.go).
 func configVolumeOf(c *slurmv1.SlurmCluster, cm string) v1.Volume {
-	slurmSecret, slurmKey := SlurmKeySecret(c)
 	jwtSecret, jwtKey := JWTKeySecret(c)
+	sources := []v1.VolumeProjection{{ConfigMap: &v1.ConfigMapProjection{LocalObjectReference: v1.LocalObjectReference{Name: cm}}}}
+	sources = append(sources, slurmKeyProjections(c)...)
+	sources = append(sources, v1.VolumeProjection{Secret: &v1.SecretProjection{LocalObjectReference: v1.LocalObjectReference{Name: jwtSecret},
+		Items: []v1.KeyToPath{{Key: jwtKey, Path: JWTKeyName}}}})
 	return v1.Volume{Name: configVolume, VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{
-		DefaultMode: ptr[int32](0o440),
-		Sources: []v1.VolumeProjection{
-			{ConfigMap: &v1.ConfigMapProjection{LocalObjectReference: v1.LocalObjectReference{Name: cm}}},
-			{Secret: &v1.SecretProjection{LocalObjectReference: v1.LocalObjectReference{Name: slurmSecret},
-				Items: []v1.KeyToPath{{Key: slurmKey, Path: SlurmKeyName}}}},
-			{Secret: &v1.SecretProjection{LocalObjectReference: v1.LocalObjectReference{Name: jwtSecret},
-				Items: []v1.KeyToPath{{Key: jwtKey, Path: JWTKeyName}}}},
-		},
+		DefaultMode: ptr[int32](0o440), Sources: sources,
 	}}}
 }
 
@@ -122,7 +118,8 @@ func controllerStatefulSet(c *slurmv1.SlurmCluster, configMap, configHash string
 		Containers: []v1.Container{{
 			Name:  componentSlurmctld,
 			Image: image,
-			// Foreground, logging to stderr.
+			// Foreground, logging to stderr; it reads changed key files again (keyreload.go).
+			Command:   []string{"/bin/sh", "-c", supervisedScript(slurmconf.ConfigDir, "hup", "/usr/sbin/slurmctld"), "slurmctld"},
 			Args:      []string{"-D"},
 			Ports:     []v1.ContainerPort{{Name: componentSlurmctld, ContainerPort: port}},
 			Resources: c.Spec.Controller.Resources,

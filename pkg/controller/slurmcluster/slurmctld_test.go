@@ -49,8 +49,10 @@ func TestControllerRunsFromRenderedConfig(t *testing.T) {
 	proj := pod.Volumes[0].Projected
 	require.NotNil(t, proj)
 	assert.Equal(t, "slurm-slurm-config", proj.Sources[0].ConfigMap.Name)
-	assert.Equal(t, "slurm-slurm-key", proj.Sources[1].Secret.Name)
-	assert.Equal(t, "slurm-jwt-key", proj.Sources[2].Secret.Name)
+	assert.Equal(t, slurmKeyProjections(f.cluster()), proj.Sources[1:3], "the auth/slurm key and its optional key set")
+	assert.Equal(t, "slurm-jwt-key", proj.Sources[3].Secret.Name)
+	// slurmctld under the script that reloads changed keys.
+	assert.Equal(t, []string{"/bin/sh", "-c", supervisedScript("/etc/slurm", "hup", "/usr/sbin/slurmctld"), "slurmctld"}, ctr.Command)
 	require.Len(t, sts.Spec.VolumeClaimTemplates, 1)
 	assert.Equal(t, "1Gi", sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests.Storage().String())
 	assert.Contains(t, ctr.VolumeMounts, v1.VolumeMount{Name: "state", MountPath: "/var/spool/slurmctld"})

@@ -1,0 +1,234 @@
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
+	"github.com/kubeslurm/kubeslurm/pkg/controller/slurmcluster"
+	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
+)
+
+// jwk is one key of Slurm's slurm.jwks.
+type jwk struct {
+	Kty string `json:"kty"`
+	Alg string `json:"alg"`
+	Kid string `json:"kid"`
+	K   string `json:"k"`
+	Use string `json:"use,omitempty"`
+}
+
+// keySet is slurm.jwks of keys (kid → key), the one named def the default (signing) key.
+func keySet(t *testing.T, def string, keys map[string][]byte) []byte {
+	t.Helper()
+	var set struct {
+		Keys []jwk `json:"keys"`
+	}
+	for _, kid := range sortedKeys(keys) {
+		k := jwk{Kty: "oct", Alg: "HS256", Kid: kid, K: base64.RawURLEncoding.EncodeToString(keys[kid])}
+		if kid == def {
+			k.Use = "default"
+		}
+		set.Keys = append(set.Keys, k)
+	}
+	b, err := json.Marshal(set)
+	require.NoError(t, err)
+	return b
+}
+
+// containerLog is what container of pod ns/pod wrote, under whichever pod runner ran it.
+func containerLog(t *testing.T, ns, pod, container string) string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(runDir, "*", "logs", ns+"_"+pod+"_"+container+".log"))
+	require.NoError(t, err)
+	var all strings.Builder
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		all.Write(b)
+	}
+	return all.String()
+}
+
+// reloaded matches a daemon script's line saying the daemon reads its keys again (the
+// pod runner's header line, which quotes the script, does not start with it).
+var reloaded = regexp.MustCompile(`(?m)^kubeslurm: the key files in .* changed`)
+
+// daemon is one Slurm daemon's container of a SlurmCluster (named as its component), as
+// the test found it.
+type daemon struct {
+	pod, container string
+	uid            string
+}
+
+// clusterDaemons lists the live pods of the SlurmCluster's components (slurmctld, slurmd,
+// login, slurmdbd: each pod's daemon container is named as its component).
+func clusterDaemons(t *testing.T, ns string, components ...string) []daemon {
+	t.Helper()
+	var out []daemon
+	for _, component := range components {
+		pods, err := kube.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: wellknown.SlurmComponentLabel + "=" + component})
+		require.NoError(t, err)
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil {
+				out = append(out, daemon{pod: p.Name, container: component, uid: string(p.UID)})
+			}
+		}
+	}
+	return out
+}
+
+// restarts is each daemon's container restarts, by pod and container, failing if a pod
+// was replaced.
+func restarts(t *testing.T, ns string, daemons []daemon) map[string]int32 {
+	t.Helper()
+	out := map[string]int32{}
+	for _, d := range daemons {
+		p, err := kube.CoreV1().Pods(ns).Get(context.Background(), d.pod, metav1.GetOptions{})
+		require.NoError(t, err)
+		require.Equal(t, d.uid, string(p.UID), "pod %s replaced", d.pod)
+		for _, s := range p.Status.ContainerStatuses {
+			out[d.pod+"/"+s.Name] = s.RestartCount
+		}
+	}
+	return out
+}
+
+// rotateSlurmKey rotates the cluster's auth/slurm key by editing its Secret in place, in
+// Slurm's three steps (docs/slurm-cluster.md, "Rotating the auth/slurm key in place"),
+// each waited out until every one of daemons has logged that it read the keys again and
+// every worker is back in sinfo.
+func rotateSlurmKey(t *testing.T, c *slurmv1.SlurmCluster, daemons []daemon) {
+	t.Helper()
+	ctx := context.Background()
+	secretName, _ := slurmcluster.SlurmKeySecret(c)
+	secret, err := kube.CoreV1().Secrets(c.Namespace).Get(ctx, secretName, metav1.GetOptions{})
+	require.NoError(t, err)
+	oldKey := secret.Data[slurmcluster.SlurmKeyName]
+	require.NotEmpty(t, oldKey)
+	newKey := make([]byte, 64)
+	_, err = rand.Read(newKey)
+	require.NoError(t, err)
+	workers := 0
+	for _, d := range daemons {
+		if d.container == "slurmd" {
+			workers++
+		}
+	}
+	for i, step := range []struct {
+		what string
+		set  []byte
+	}{
+		{"add the new key (the old one signs)", keySet(t, "old", map[string][]byte{"old": oldKey, "new": newKey})},
+		{"the new key signs (the old one still accepted)", keySet(t, "new", map[string][]byte{"old": oldKey, "new": newKey})},
+		{"drop the old key", keySet(t, "new", map[string][]byte{"new": newKey})},
+	} {
+		secret, err = kube.CoreV1().Secrets(c.Namespace).Get(ctx, secretName, metav1.GetOptions{})
+		require.NoError(t, err)
+		secret.Data[slurmcluster.SlurmJWKSName] = step.set
+		_, err = kube.CoreV1().Secrets(c.Namespace).Update(ctx, secret, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		start := time.Now()
+		eventually(t, 90*time.Second, fmt.Sprintf("step %d (%s): every daemon read the keys again", i+1, step.what), func() bool {
+			for _, d := range daemons {
+				if len(reloaded.FindAllString(containerLog(t, c.Namespace, d.pod, d.container), -1)) < i+1 {
+					return false
+				}
+			}
+			return true
+		})
+		t.Logf("step %d (%s): all %d daemons reloaded after %s", i+1, step.what, len(daemons), time.Since(start).Round(time.Second))
+		// Let the re-executed daemons settle before the next step relies on them.
+		eventually(t, 60*time.Second, "every worker back in sinfo", func() bool {
+			out, _ := slurmCommand(t, c, "/usr/bin/sinfo", "-h", "-N", "-o", "%N %t")
+			return len(regexp.MustCompile(`(?m) (idle|mix|alloc)$`).FindAllString(out, -1)) == workers
+		})
+	}
+}
+
+// Issue 5, configuration propagation of a referenced Secret: the auth/slurm key rotated by
+// editing its Secret in place, in Slurm's three steps (slurm.jwks: add the new key, make it
+// the default, drop the old one). Each running daemon (slurmctld, both slurmd, the login
+// pod's sackd) reads its keys again after each edit, with no pod replaced or restarted and
+// a running job kept; a job goes in through sackd (which signs with the key it read last).
+// Then a worker is replaced: its new slurmd, holding the new key alone, registers (only
+// with a slurmctld that has the new key) and runs a two-node job with the slurmd that
+// never restarted (which must hold the new key to accept slurmctld's credential).
+func TestSlurmClusterKeyRotation(t *testing.T) {
+	ctx := context.Background()
+	ns, c := twoRunnerCluster(t)
+	var daemons []daemon
+	eventually(t, 90*time.Second, "slurmctld, two slurmd and a login pod run", func() bool {
+		daemons = clusterDaemons(t, ns, "slurmctld", "slurmd", "login")
+		return len(daemons) == 4
+	})
+	login := ""
+	for _, d := range daemons {
+		if d.container == "login" {
+			login = d.pod
+		}
+	}
+	eventually(t, 90*time.Second, "the login pod answers sinfo", func() bool {
+		_, err := execInPod(t, ns, login, "login", "/usr/bin/sinfo")
+		return err == nil
+	})
+
+	running := clusterSbatch(t, c, "-N1", "-w", runnerNode, "--chdir", "/tmp", "--output", "/dev/null", "--wrap", "sleep 900")
+	// Before the cluster goes: its worker's deletion would wait for the job.
+	t.Cleanup(func() { _, _ = slurmCommand(t, c, "/usr/bin/scancel", running) })
+	eventually(t, 60*time.Second, "job "+running+" RUNNING", func() bool {
+		show, _ := slurmCommand(t, c, "/usr/bin/scontrol", "show", "job", "-o", running)
+		return regexpField(show, "JobState") == "RUNNING"
+	})
+
+	before := restarts(t, ns, daemons)
+	rotateSlurmKey(t, c, daemons)
+
+	show, _ := slurmCommand(t, c, "/usr/bin/scontrol", "show", "job", "-o", running)
+	assert.Equal(t, "RUNNING", regexpField(show, "JobState"), "the job that ran through the rotation: %s", show)
+	// It holds its node's memory: the two-node job needs both nodes.
+	_, ok := slurmCommand(t, c, "/usr/bin/scancel", running)
+	require.True(t, ok)
+
+	out, err := execInPod(t, ns, login, "login", "/usr/bin/sbatch", "--parsable", "--chdir", "/tmp", "--output", "/dev/null", "--wrap", "true")
+	require.NoError(t, err, "sbatch through the login pod's sackd: %s", out)
+	waitClusterJobCompleted(t, c, strings.TrimSpace(out))
+
+	// Nothing was replaced or restarted: the keys were read again in place.
+	assert.ElementsMatch(t, daemons, clusterDaemons(t, ns, "slurmctld", "slurmd", "login"), "the same pods")
+	assert.Equal(t, before, restarts(t, ns, daemons), "container restarts")
+
+	// A worker that starts now holds the new key alone: it registers only with a slurmctld
+	// that reads it, and runs a job step beside a slurmd that did not restart.
+	var old daemon
+	for _, d := range daemons {
+		if d.container == "slurmd" && strings.Contains(d.pod, runnerNode2) {
+			old = d
+		}
+	}
+	require.NotEmpty(t, old.pod)
+	require.NoError(t, kube.CoreV1().Pods(ns).Delete(ctx, old.pod, metav1.DeleteOptions{}))
+	eventually(t, 120*time.Second, "worker "+old.pod+" replaced, and the new one ready", func() bool {
+		p, err := kube.CoreV1().Pods(ns).Get(ctx, old.pod, metav1.GetOptions{})
+		return err == nil && string(p.UID) != old.uid && podReady(p)
+	})
+	eventually(t, 90*time.Second, "both workers idle in sinfo", func() bool {
+		out, _ := slurmCommand(t, c, "/usr/bin/sinfo", "-h", "-N", "-o", "%N %t")
+		return strings.Contains(out, runnerNode+" idle") && strings.Contains(out, runnerNode2+" idle")
+	})
+	show = waitClusterJobCompleted(t, c, clusterSbatch(t, c, "-N2", "--chdir", "/tmp", "--output", "/dev/null", "--wrap", "srun -N2 true"))
+	t.Logf("after the rotation, with a new worker: a two-node job %s on %s", regexpField(show, "JobState"), regexpField(show, "NodeList"))
+}
