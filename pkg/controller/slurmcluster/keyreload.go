@@ -39,7 +39,8 @@ func slurmKeyVolume(c *slurmv1.SlurmCluster, name string) v1.Volume {
 
 // keyWatchShell defines, for a daemon's script, keysum (a checksum of the key files in
 // $KEY_DIR, whichever exist) and supervise RELOAD CMD...: it runs CMD in the background,
-// passes SIGTERM on, and every 5 s compares the key files with those CMD started with.
+// passes SIGTERM on, and every 5 s compares the key files with those seen just before CMD
+// started (before, so that a change while CMD starts is not missed).
 // On a change, RELOAD=hup sends CMD SIGHUP: slurmctld and slurmd then re-execute
 // themselves in place (same PID, running jobs untouched) and read their keys again.
 // RELOAD=restart stops and starts CMD instead (sackd's SIGHUP hands over to a new
@@ -52,8 +53,8 @@ func slurmKeyVolume(c *slurmv1.SlurmCluster, name string) v1.Volume {
 const keyWatchShell = `keysum() { cat "$KEY_DIR/slurm.key" "$KEY_DIR/slurm.jwks" "$KEY_DIR/jwt_hs256.key" 2>/dev/null | cksum; }
 supervise() {
   reload=$1; shift
-  SLURM_SACK_JWKS=$KEY_DIR/slurm.jwks "$@" & pid=$!
   keys=$(keysum)
+  SLURM_SACK_JWKS=$KEY_DIR/slurm.jwks "$@" & pid=$!
   trap 'kill -TERM "$pid" 2>/dev/null' TERM INT
   while kill -0 "$pid" 2>/dev/null; do
     sleep "${KEY_WATCH_SECONDS:-5}" & wait $!

@@ -44,11 +44,12 @@ func TestSlurmKeyProjections(t *testing.T) {
 	}
 }
 
-// fakeDaemon logs its starts and SIGHUPs, and ends with code 7 on SIGTERM.
+// fakeDaemon logs its starts and SIGHUPs, and ends with code 7 on SIGTERM. Its traps are
+// set before it says it started: a SIGHUP before them would end it.
 const fakeDaemon = `#!/bin/sh
-echo start >>"$LOG"
 trap 'echo hup >>"$LOG"' HUP
 trap 'exit 7' TERM
+echo start >>"$LOG"
 while :; do sleep 0.1; done
 `
 

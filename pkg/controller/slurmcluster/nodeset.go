@@ -119,9 +119,9 @@ const unregisteredExit = 3
 //     has no node of its name (it never registered within 2 min, or its record was deleted)
 //     ends the container with exit code 3, and the controller recreates the pod. Only
 //     "not found" counts: an unreachable slurmctld is no reason.
-var workerScript = "KEY_DIR=" + slurmconf.ConfigDir + "\n" + keyWatchShell + `SLURM_SACK_JWKS=$KEY_DIR/slurm.jwks /usr/sbin/slurmd "$@" &
+var workerScript = "KEY_DIR=" + slurmconf.ConfigDir + "\n" + keyWatchShell + `keys=$(keysum)
+SLURM_SACK_JWKS=$KEY_DIR/slurm.jwks /usr/sbin/slurmd "$@" &
 slurmd=$!
-keys=$(keysum)
 drain() {
   if scontrol show node "$SLURM_NODE" 2>&1 | grep -q "not found"; then
     kill -TERM "$slurmd"; wait "$slurmd"; exit 0
