@@ -122,6 +122,11 @@ func run(r *runner, kubeconfig string) error {
 	r.queue = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// Containers start with every signal at its default, as under a container runtime: a
+	// runner started under nohup would otherwise pass SIGHUP on ignored, and a container's
+	// shell could not trap it. Handled (and dropped) here, it is reset to the default in
+	// each process the runner starts.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
 	// Whatever ends the runner, its processes stop and its node goes.
 	defer r.shutdown()
 	if r.adopted {

@@ -267,3 +267,28 @@ func TestControllerPodCluster(t *testing.T) {
 	p.Labels[wellknown.SlurmComponentLabel] = "slurmd"
 	assert.Empty(t, controllerPodCluster(context.Background(), p), "workers are the cluster's own pods, watched as such")
 }
+
+// slurmctld exiting on something other than a new configuration (here a key set it
+// refuses, on the configuration it ran before): ControllerReady says why, from its log,
+// and the configuration is not taken for rejected.
+func TestControllerNotReadySaysWhy(t *testing.T) {
+	f := newFixture(t, newCluster())
+	f.reconcile()
+	good := f.cluster().Status.ConfigHash
+	f.controllerPodOn(good, true, runningCS)
+	f.reconcile()
+	require.Equal(t, good, f.cluster().Status.AppliedConfigHash)
+
+	keysRefused := v1.ContainerStatus{RestartCount: 2,
+		State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+		LastTerminationState: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 1,
+			Message: "[2026-12-04T18:21:15.462] Reconfigure signal (SIGHUP) received\n[2026-12-04T18:21:15.480] fatal: _build_key_list: kid fields must be unique\n"}}}
+	f.controllerPodOn(good, false, keysRefused)
+	f.reconcile()
+	c := f.cluster()
+	cond := condition(c, slurmv1.ConditionControllerReady)
+	assert.Equal(t, metav1.ConditionFalse, cond.Status)
+	assert.Equal(t, "slurmctld pod slurm-controller-0 is not ready: exit code 1: fatal: _build_key_list: kid fields must be unique", cond.Message)
+	assert.Empty(t, c.Status.RejectedConfigHash, "the configuration ran before: not rejected")
+	assert.True(t, f.controllerPodExists(), "its pod stays: the StatefulSet restarts it on the same configuration")
+}

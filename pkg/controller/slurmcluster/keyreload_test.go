@@ -4,8 +4,10 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,6 +59,11 @@ while :; do sleep 0.1; done
 // daemon's code; a changed key file (here a slurm.jwks that appears, then changes) makes it
 // SIGHUP the daemon (hup) or start it again (restart). Run with a real /bin/sh.
 func TestSuperviseReloadsChangedKeys(t *testing.T) {
+	// Under nohup (a `make test` may run so) SIGHUP is ignored, children inherit that, and
+	// a shell cannot trap a signal ignored when it started. Handled here, it starts at its
+	// default in the children.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
+	defer signal.Reset(syscall.SIGHUP)
 	for _, tc := range []struct {
 		reload string
 		want   []string

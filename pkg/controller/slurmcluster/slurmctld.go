@@ -226,8 +226,15 @@ func (r *Reconciler) ensureController(ctx context.Context, c *slurmv1.SlurmClust
 		return poll, nil
 	}
 	wasReady := meta.IsStatusConditionTrue(status.Conditions, slurmv1.ConditionControllerReady)
-	setCondition(status, c.Generation, slurmv1.ConditionControllerReady, metav1.ConditionFalse, ReasonControllerWaiting,
-		fmt.Sprintf("slurmctld pod %s is not ready", pod))
+	msg := fmt.Sprintf("slurmctld pod %s is not ready", pod)
+	// Why it keeps exiting, from its log: a configuration (ConfigApplied says so too) or
+	// anything else it reads at start, such as a key set it refuses.
+	if p != nil {
+		if failed, why := slurmctldFailed(p); failed {
+			msg += ": " + why
+		}
+	}
+	setCondition(status, c.Generation, slurmv1.ConditionControllerReady, metav1.ConditionFalse, ReasonControllerWaiting, msg)
 	if wasReady {
 		r.Recorder.Eventf(c, nil, v1.EventTypeWarning, wellknown.EventSlurmControllerNotReady, "RunController", "slurmctld pod %s is no longer ready", pod)
 	}
