@@ -107,20 +107,38 @@ func restarts(t *testing.T, ns string, daemons []daemon) map[string]int32 {
 	return out
 }
 
+// keySecretData is the cluster's auth/slurm key Secret's data under key.
+func keySecretData(t *testing.T, c *slurmv1.SlurmCluster, key string) []byte {
+	t.Helper()
+	name, _ := slurmcluster.SlurmKeySecret(c)
+	secret, err := kube.CoreV1().Secrets(c.Namespace).Get(context.Background(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	return secret.Data[key]
+}
+
+// writeKeySet writes set as slurm.jwks into the cluster's auth/slurm key Secret.
+func writeKeySet(c *slurmv1.SlurmCluster, set []byte) error {
+	ctx := context.Background()
+	name, _ := slurmcluster.SlurmKeySecret(c)
+	secret, err := kube.CoreV1().Secrets(c.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	secret.Data[slurmcluster.SlurmJWKSName] = set
+	_, err = kube.CoreV1().Secrets(c.Namespace).Update(ctx, secret, metav1.UpdateOptions{})
+	return err
+}
+
 // rotateSlurmKey rotates the cluster's auth/slurm key by editing its Secret in place, in
 // Slurm's three steps (docs/slurm-cluster.md, "Rotating the auth/slurm key in place"),
 // each waited out until every one of daemons has logged that it read the keys again and
 // every worker is back in sinfo.
 func rotateSlurmKey(t *testing.T, c *slurmv1.SlurmCluster, daemons []daemon) {
 	t.Helper()
-	ctx := context.Background()
-	secretName, _ := slurmcluster.SlurmKeySecret(c)
-	secret, err := kube.CoreV1().Secrets(c.Namespace).Get(ctx, secretName, metav1.GetOptions{})
-	require.NoError(t, err)
-	oldKey := secret.Data[slurmcluster.SlurmKeyName]
+	oldKey := keySecretData(t, c, slurmcluster.SlurmKeyName)
 	require.NotEmpty(t, oldKey)
 	newKey := make([]byte, 64)
-	_, err = rand.Read(newKey)
+	_, err := rand.Read(newKey)
 	require.NoError(t, err)
 	workers := 0
 	for _, d := range daemons {
@@ -136,11 +154,7 @@ func rotateSlurmKey(t *testing.T, c *slurmv1.SlurmCluster, daemons []daemon) {
 		{"the new key signs (the old one still accepted)", keySet(t, "new", map[string][]byte{"old": oldKey, "new": newKey})},
 		{"drop the old key", keySet(t, "new", map[string][]byte{"new": newKey})},
 	} {
-		secret, err = kube.CoreV1().Secrets(c.Namespace).Get(ctx, secretName, metav1.GetOptions{})
-		require.NoError(t, err)
-		secret.Data[slurmcluster.SlurmJWKSName] = step.set
-		_, err = kube.CoreV1().Secrets(c.Namespace).Update(ctx, secret, metav1.UpdateOptions{})
-		require.NoError(t, err)
+		require.NoError(t, writeKeySet(c, step.set))
 		start := time.Now()
 		eventually(t, 90*time.Second, fmt.Sprintf("step %d (%s): every daemon read the keys again", i+1, step.what), func() bool {
 			for _, d := range daemons {
@@ -231,4 +245,71 @@ func TestSlurmClusterKeyRotation(t *testing.T) {
 	})
 	show = waitClusterJobCompleted(t, c, clusterSbatch(t, c, "-N2", "--chdir", "/tmp", "--output", "/dev/null", "--wrap", "srun -N2 true"))
 	t.Logf("after the rotation, with a new worker: a two-node job %s on %s", regexpField(show, "JobState"), regexpField(show, "NodeList"))
+
+	for _, d := range daemons {
+		if d.container == "slurmctld" {
+			jwtKeyRotated(t, c, d)
+		}
+	}
+	keySetRefused(t, c)
+}
+
+// jwtKeyRotated: the cluster's JWT key replaced in its Secret in place. slurmctld reads it
+// again without a restart; from then on a token made with the new key is accepted and one
+// made with the old key is refused.
+func jwtKeyRotated(t *testing.T, c *slurmv1.SlurmCluster, slurmctld daemon) {
+	ctx := context.Background()
+	name, key := slurmcluster.JWTKeySecret(c)
+	secret, err := kube.CoreV1().Secrets(c.Namespace).Get(ctx, name, metav1.GetOptions{})
+	require.NoError(t, err)
+	oldToken := tokenFromKey(t, secret.Data[key])
+	reloads := len(reloaded.FindAllString(containerLog(t, c.Namespace, slurmctld.pod, slurmctld.container), -1))
+	newKey := make([]byte, 64)
+	_, err = rand.Read(newKey)
+	require.NoError(t, err)
+	secret.Data[key] = newKey
+	_, err = kube.CoreV1().Secrets(c.Namespace).Update(ctx, secret, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	start := time.Now()
+	eventually(t, 90*time.Second, "slurmctld read the new JWT key", func() bool {
+		return len(reloaded.FindAllString(containerLog(t, c.Namespace, slurmctld.pod, slurmctld.container), -1)) > reloads
+	})
+	t.Logf("JWT key replaced: slurmctld read it again after %s", time.Since(start).Round(time.Second))
+	eventually(t, 60*time.Second, "squeue with a token of the new JWT key", func() bool {
+		_, ok := slurmCommand(t, c, "/usr/bin/squeue")
+		return ok
+	})
+	out, ok := slurmCommandWithToken(t, c, oldToken, "/usr/bin/squeue")
+	assert.False(t, ok, "squeue with a token of the old JWT key: %s", out)
+}
+
+// keySetRefused: bad input, key sets Slurm would refuse (two default keys, a short key)
+// written into the cluster's key Secret, are refused by kubeslurm's admission webhook with
+// the reason; so is any key set while the controller, which serves the webhook, is down
+// (fail closed). The Secret keeps the set the daemons run with.
+func keySetRefused(t *testing.T, c *slurmv1.SlurmCluster) {
+	good := keySecretData(t, c, slurmcluster.SlurmJWKSName)
+	require.NotEmpty(t, good)
+	key := func(kid string, size int, extra string) string {
+		b := make([]byte, size)
+		_, err := rand.Read(b)
+		require.NoError(t, err)
+		return `{"kty":"oct","alg":"HS256","kid":"` + kid + `","k":"` + base64.RawURLEncoding.EncodeToString(b) + `"` + extra + `}`
+	}
+	for _, bad := range []struct{ what, set, why string }{
+		{"two default keys", `{"keys":[` + key("a", 32, `,"use":"default"`) + `,` + key("b", 32, `,"use":"default"`) + `]}`, "a second default key"},
+		{"a 12-byte key", `{"keys":[` + key("a", 12, "") + `]}`, "auth/slurm wants at least 16"},
+	} {
+		err := writeKeySet(c, []byte(bad.set))
+		require.Error(t, err, "a key set with %s written", bad.what)
+		assert.Contains(t, err.Error(), bad.why)
+		t.Logf("a key set with %s: %v", bad.what, err)
+	}
+
+	component(t, "stop", "controller")
+	err := writeKeySet(c, []byte(`{"keys":[`+key("a", 32, "")+`]}`))
+	component(t, "start", "controller")
+	require.Error(t, err, "a key set written while the webhook is down")
+	t.Logf("a key set written while the controller is down: %v", err)
+	assert.Equal(t, good, keySecretData(t, c, slurmcluster.SlurmJWKSName), "the key set in the Secret")
 }

@@ -149,7 +149,8 @@ func onCluster(p *v1.Pod) {
 // from which the release's scheduler and controller mint their tokens). A pod for that
 // schedulerName becomes a job of that Slurm and is bound to the node the cluster's worker
 // registered as; killing slurmctld leaves the bound pod and its running job as they were
-// (test 3); deleting the pod cancels its job there. The local kubeslurm, with another
+// (test 3); after the JWT key is replaced in place, a second pod is placed; deleting the
+// pods cancels their jobs there. The local kubeslurm, with another
 // schedulerName and another Slurm, leaves the pod alone though its job id means nothing in
 // its Slurm.
 func TestSchedulerOnSlurmCluster(t *testing.T) {
@@ -190,7 +191,14 @@ func TestSchedulerOnSlurmCluster(t *testing.T) {
 	assert.Equal(t, v1.PodRunning, after.Status.Phase)
 	assert.Equal(t, strconv.Itoa(int(id)), after.Labels[wellknown.JobIDLabel])
 
-	// A second pod is placed by the same Slurm after its restart.
+	// The JWT key replaced in its Secret in place: slurmctld reads it again, and the
+	// release's scheduler and controller sign with it from their next request on (tokens of
+	// the old key are refused; renewing only at half a token's lifetime would fail for 30 min).
+	ctld, err := kube.CoreV1().Pods(ns).Get(ctx, old.Name, metav1.GetOptions{})
+	require.NoError(t, err)
+	jwtKeyRotated(t, c, daemon{pod: ctld.Name, container: "slurmctld", uid: string(ctld.UID)})
+
+	// A second pod is placed by the same Slurm after its restart and the key's rotation.
 	second := createPod(t, ns, "after-restart", onCluster)
 	second = waitBound(t, ns, second.Name, 90*time.Second)
 	assert.Equal(t, "RUNNING "+runnerNode, clusterJobState(t, c, jobIDOf(t, second)))

@@ -181,6 +181,15 @@ func namedClusterEvents(t *testing.T, ns, name, reason string) string {
 	return strings.Join(notes, "\n")
 }
 
+// clusterCondition is the SlurmCluster's condition of type typ as the API server has it
+// now (nil if it has none).
+func clusterCondition(t *testing.T, c *slurmv1.SlurmCluster, typ string) *metav1.Condition {
+	t.Helper()
+	got := &slurmv1.SlurmCluster{}
+	require.NoError(t, slurmClient(t).Get(context.Background(), client.ObjectKeyFromObject(c), got))
+	return meta.FindStatusCondition(got.Status.Conditions, typ)
+}
+
 // A key the spec references is never created by the controller, which cannot read Secrets:
 // the real API server's dry-run create tells it the Secret is missing (KeysReady False,
 // nothing written), then that it exists once the user makes it.
@@ -194,11 +203,7 @@ func TestSlurmClusterReferencedKey(t *testing.T) {
 			JWTKeyRef: &v1.SecretKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "site-jwt"}, Key: "jwt"}}},
 	}
 	require.NoError(t, kc.Create(ctx, c))
-	keysReady := func() *metav1.Condition {
-		got := &slurmv1.SlurmCluster{}
-		require.NoError(t, kc.Get(ctx, client.ObjectKeyFromObject(c), got))
-		return meta.FindStatusCondition(got.Status.Conditions, slurmv1.ConditionKeysReady)
-	}
+	keysReady := func() *metav1.Condition { return clusterCondition(t, c, slurmv1.ConditionKeysReady) }
 	eventually(t, 30*time.Second, "KeysReady False", func() bool {
 		cond := keysReady()
 		return cond != nil && cond.Status == metav1.ConditionFalse

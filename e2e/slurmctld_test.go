@@ -37,8 +37,14 @@ func clusterToken(t *testing.T, c *slurmv1.SlurmCluster) string {
 	secret, dataKey := slurmcluster.JWTKeySecret(c)
 	s, err := kube.CoreV1().Secrets(c.Namespace).Get(context.Background(), secret, metav1.GetOptions{})
 	require.NoError(t, err)
+	return tokenFromKey(t, s.Data[dataKey])
+}
+
+// tokenFromKey mints a JWT for the slurm user signed with the HS256 key jwtKey.
+func tokenFromKey(t *testing.T, jwtKey []byte) string {
+	t.Helper()
 	keyFile := filepath.Join(t.TempDir(), "jwt.key")
-	require.NoError(t, os.WriteFile(keyFile, s.Data[dataKey], 0o600))
+	require.NoError(t, os.WriteFile(keyFile, jwtKey, 0o600))
 	token, err := slurm.NewTokenSource(keyFile, "slurm", 10*time.Minute).Token()
 	require.NoError(t, err)
 	return token
@@ -64,22 +70,16 @@ func restGet(t *testing.T, c *slurmv1.SlurmCluster, url string) ([]byte, int) {
 // would from a login pod (the cluster's /etc/slurm mounted, as the slurm user), waits for it
 // to end and returns its output (the pod runner's container log) and whether it exited 0.
 // It authenticates with auth/jwt: a token minted from the cluster's JWT key (Slurm's
-// clusterSbatch submits a batch job with sbatch args through the cluster's Slurm and
-// returns its id.
-func clusterSbatch(t *testing.T, c *slurmv1.SlurmCluster, args ...string) string {
-	t.Helper()
-	out, ok := slurmCommand(t, c, append([]string{"/usr/bin/sbatch"}, args...)...)
-	require.True(t, ok, out)
-	m := regexp.MustCompile(`Submitted batch job (\d+)`).FindStringSubmatch(out)
-	require.NotNil(t, m, out)
-	return m[1]
-}
-
 // commands make auth/slurm credentials only through a local sackd or slurmd).
 func slurmCommand(t *testing.T, c *slurmv1.SlurmCluster, args ...string) (string, bool) {
 	t.Helper()
+	return slurmCommandWithToken(t, c, clusterToken(t, c), args...)
+}
+
+// slurmCommandWithToken is slurmCommand authenticated with token.
+func slurmCommandWithToken(t *testing.T, c *slurmv1.SlurmCluster, token string, args ...string) (string, bool) {
+	t.Helper()
 	ctx := context.Background()
-	token := clusterToken(t, c)
 	name := fmt.Sprintf("slurm-cmd-%d", time.Now().UnixNano()%1_000_000_000)
 	pod := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name},
@@ -110,6 +110,17 @@ func slurmCommand(t *testing.T, c *slurmv1.SlurmCluster, args ...string) (string
 	require.NoError(t, kube.CoreV1().Pods(c.Namespace).Delete(ctx, name, metav1.DeleteOptions{}))
 	t.Logf("%s: %s\n%s", strings.Join(args, " "), phase, out)
 	return string(out), phase == v1.PodSucceeded
+}
+
+// clusterSbatch submits a batch job with sbatch args through the cluster's Slurm and
+// returns its id.
+func clusterSbatch(t *testing.T, c *slurmv1.SlurmCluster, args ...string) string {
+	t.Helper()
+	out, ok := slurmCommand(t, c, append([]string{"/usr/bin/sbatch"}, args...)...)
+	require.True(t, ok, out)
+	m := regexp.MustCompile(`Submitted batch job (\d+)`).FindStringSubmatch(out)
+	require.NotNil(t, m, out)
+	return m[1]
 }
 
 // workerConfCache is the slurm.conf a configless worker fetched from slurmctld: slurmd's

@@ -227,6 +227,34 @@ func TestTokenSource(t *testing.T) {
 	assert.Error(t, err)
 }
 
+// A key file replaced as a mounted Secret's update replaces it (a new file renamed over the
+// old) signs the next token at once; the token stays while the file is briefly missing.
+func TestTokenSourceKeyReplaced(t *testing.T) {
+	dir := t.TempDir()
+	key := dir + "/jwt.key"
+	require.NoError(t, os.WriteFile(key, []byte("0123456789abcdef0123456789abcdef"), 0o600))
+	ts := slurm.NewTokenSource(key, "slurm", time.Hour)
+	old, err := ts.Token()
+	require.NoError(t, err)
+
+	require.NoError(t, os.Rename(key, dir+"/away"))
+	during, err := ts.Token()
+	require.NoError(t, err)
+	assert.Equal(t, old, during, "no key file for a moment: the token is kept")
+
+	newKey := []byte("fedcba9876543210fedcba9876543210")
+	require.NoError(t, os.WriteFile(dir+"/new", newKey, 0o600))
+	require.NoError(t, os.Rename(dir+"/new", key))
+	after, err := ts.Token()
+	require.NoError(t, err)
+	assert.NotEqual(t, old, after)
+	_, err = jwt.Parse(after, func(*jwt.Token) (any, error) { return newKey, nil }, jwt.WithValidMethods([]string{"HS256"}))
+	assert.NoError(t, err, "signed with the new key")
+	again, err := ts.Token()
+	require.NoError(t, err)
+	assert.Equal(t, after, again, "then reused again")
+}
+
 // An RSA key signs RS256 with its key id, as slurmctld's JWKS verification wants; no key
 // file is read.
 func TestTokenSourceRS256(t *testing.T) {

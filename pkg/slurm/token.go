@@ -12,9 +12,11 @@ import (
 )
 
 // TokenSource mints slurmrestd JWTs for one Slurm user and renews them before they expire,
-// so no long-lived token is ever stored: HS256 with the auth/jwt key file (read again at
-// each renewal, which makes key rotation a file update), or RS256 with an RSA key whose
-// public half slurmctld has in a JWKS file (AuthAltParameters=jwks=...), named by KeyID.
+// so no long-lived token is ever stored: HS256 with the auth/jwt key file, or RS256 with an
+// RSA key whose public half slurmctld has in a JWKS file (AuthAltParameters=jwks=...),
+// named by KeyID. The key file is read again at each renewal and as soon as it is another
+// file (a mounted Secret's update replaces it), so a key rotated in place is used from the
+// next request on, not after half a token's lifetime of refused calls.
 type TokenSource struct {
 	KeyFile  string
 	RSAKey   *rsa.PrivateKey
@@ -25,6 +27,7 @@ type TokenSource struct {
 	mu      sync.Mutex
 	token   string
 	renewAt time.Time
+	keyFile os.FileInfo // the key file the token was signed from
 	now     func() time.Time
 }
 
@@ -38,7 +41,7 @@ func (t *TokenSource) Token() (string, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
-	if t.token != "" && now.Before(t.renewAt) {
+	if t.token != "" && now.Before(t.renewAt) && !t.keyFileReplaced() {
 		return t.token, nil
 	}
 	// Claims as `scontrol token` writes them: sun is the Slurm user name.
@@ -51,9 +54,11 @@ func (t *TokenSource) Token() (string, error) {
 		signed, err = tok.SignedString(t.RSAKey)
 	} else {
 		var key []byte
+		info, _ := os.Stat(t.KeyFile) // before the read: a change in between renews again
 		if key, err = os.ReadFile(t.KeyFile); err != nil {
 			return "", fmt.Errorf("reading Slurm JWT key: %w", err)
 		}
+		t.keyFile = info
 		if len(key) == 0 {
 			return "", fmt.Errorf("slurm JWT key %s is empty", t.KeyFile)
 		}
@@ -64,6 +69,17 @@ func (t *TokenSource) Token() (string, error) {
 	}
 	t.token, t.renewAt = signed, now.Add(t.Lifetime/2)
 	return signed, nil
+}
+
+// keyFileReplaced tells whether the HS256 key file is now another file, or was written to,
+// since the current token was signed. A file that cannot be read now keeps the token (it
+// may be between a Secret update's steps; the renewal reports the error).
+func (t *TokenSource) keyFileReplaced() bool {
+	if t.RSAKey != nil || t.keyFile == nil {
+		return false
+	}
+	now, err := os.Stat(t.KeyFile)
+	return err == nil && (!os.SameFile(now, t.keyFile) || !now.ModTime().Equal(t.keyFile.ModTime()) || now.Size() != t.keyFile.Size())
 }
 
 // tokenTransport sets the current token on every request, so renewals need no new client.

@@ -1,12 +1,14 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
 	"slices"
+	"time"
 
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/kubeslurm/kubeslurm/pkg/slurmconf"
 	"github.com/kubeslurm/kubeslurm/pkg/slurmjob"
 )
 
@@ -172,4 +175,34 @@ func ownedBy(refs []metav1.OwnerReference, kind string) bool {
 		}
 	}
 	return false
+}
+
+// KeySetValidator refuses a Secret whose slurm.jwks (auth/slurm's key set, which every
+// daemon of a SlurmCluster reads from its key Secret) Slurm would refuse: each daemon that
+// read it would exit, and a worker's container with its jobs. An update is checked only
+// when it changes the key set.
+type KeySetValidator struct {
+	// Now is the time an expired signing key is judged by (nil: time.Now).
+	Now func() time.Time
+}
+
+// Handle implements admission.Handler.
+func (v KeySetValidator) Handle(_ context.Context, req admission.Request) admission.Response {
+	var secret, old corev1.Secret
+	if err := decode(req, &secret, &old); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	set, ok := secret.Data[slurmconf.KeySetFile]
+	if !ok || (req.Operation == admissionv1.Update && bytes.Equal(set, old.Data[slurmconf.KeySetFile])) {
+		return admission.Allowed("slurm.jwks absent or unchanged")
+	}
+	now := time.Now
+	if v.Now != nil {
+		now = v.Now
+	}
+	if err := slurmconf.CheckKeySet(set, now()); err != nil {
+		return admission.Denied(fmt.Sprintf("%s is a key set Slurm refuses (every daemon that read it would exit): %v",
+			slurmconf.KeySetFile, err))
+	}
+	return admission.Allowed("")
 }

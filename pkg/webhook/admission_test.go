@@ -2,7 +2,9 @@ package webhook
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -218,3 +220,43 @@ func TestSchedulerDefaulter(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func TestKeySetValidator(t *testing.T) {
+	k := base64.RawURLEncoding.EncodeToString([]byte(strings.Repeat("k", 32)))
+	good := []byte(`{"keys":[{"kty":"oct","alg":"HS256","kid":"a","k":"` + k + `","use":"default"}]}`)
+	twoDefaults := []byte(`{"keys":[{"kty":"oct","alg":"HS256","kid":"a","k":"` + k + `","use":"default"},` +
+		`{"kty":"oct","alg":"HS256","kid":"b","k":"` + k + `","use":"default"}]}`)
+	secret := func(data map[string][]byte) *corev1.Secret {
+		return &corev1.Secret{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "slurm-slurm-key"}, Data: data}
+	}
+	for _, tc := range []struct {
+		name     string
+		op       admissionv1.Operation
+		obj, old runtime.Object
+		denied   string // a part of the denial; empty: allowed
+	}{
+		{name: "a key Secret without a key set", op: admissionv1.Create, obj: secret(map[string][]byte{"slurm.key": []byte("x")})},
+		{name: "a good key set", op: admissionv1.Create, obj: secret(map[string][]byte{"slurm.jwks": good})},
+		{name: "two default keys", op: admissionv1.Create, obj: secret(map[string][]byte{"slurm.jwks": twoDefaults}),
+			denied: "slurm.jwks is a key set Slurm refuses (every daemon that read it would exit): keys[1]: a second default key"},
+		{name: "changed to two default keys", op: admissionv1.Update,
+			obj: secret(map[string][]byte{"slurm.jwks": twoDefaults}), old: secret(map[string][]byte{"slurm.jwks": good}),
+			denied: "a second default key"},
+		{name: "not JSON", op: admissionv1.Create, obj: secret(map[string][]byte{"slurm.jwks": []byte("{")}), denied: "not a JSON object"},
+		// One written before the webhook was there does not block other edits.
+		{name: "unchanged key set", op: admissionv1.Update,
+			obj: secret(map[string][]byte{"slurm.jwks": twoDefaults, "slurm.key": []byte("new")}),
+			old: secret(map[string][]byte{"slurm.jwks": twoDefaults})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := KeySetValidator{}.Handle(context.Background(), request(t, tc.op, "team", tc.obj, tc.old))
+			if tc.denied == "" {
+				assert.True(t, resp.Allowed, "%+v", resp.Result)
+				return
+			}
+			require.False(t, resp.Allowed)
+			assert.Contains(t, resp.Result.Message, tc.denied)
+		})
+	}
+}

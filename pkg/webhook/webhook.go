@@ -1,7 +1,8 @@
-// Package webhook is kubeslurm's admission webhook, served by the controller: a validating
-// part that rejects slurmjob annotations the scheduler would refuse (Validator), a mutating
-// part that hands new pods of opted-in namespaces to kubeslurm (SchedulerDefaulter), and the
-// serving certificate (CertManager). Which requests reach it, and what happens when it cannot
+// Package webhook is kubeslurm's admission webhook, served by the controller: validating
+// parts that reject slurmjob annotations the scheduler would refuse (Validator) and key sets
+// in Secrets that Slurm would refuse (KeySetValidator), a mutating part that hands new pods
+// of opted-in namespaces to kubeslurm (SchedulerDefaulter), and the serving certificate
+// (CertManager). Which requests reach it, and what happens when it cannot
 // be reached, is set by the webhook configurations in manifests/ (see docs/install.md).
 package webhook
 
@@ -69,6 +70,7 @@ func Setup(mgr manager.Manager, c Config) error {
 	}
 	server := crwebhook.NewServer(opts)
 	server.Register(wellknown.ValidatePath, &admission.Webhook{Handler: Validator{SchedulerName: c.SchedulerName}})
+	server.Register(wellknown.KeySetPath, &admission.Webhook{Handler: KeySetValidator{}})
 	server.Register(wellknown.MutatePath, &admission.Webhook{Handler: SchedulerDefaulter{SchedulerName: c.SchedulerName}})
 	if err := mgr.Add(server); err != nil {
 		return err

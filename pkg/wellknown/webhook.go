@@ -21,7 +21,8 @@ const (
 	// namespace), kept by the controller itself.
 	WebhookCertSecret = "kubeslurm-webhook-cert"
 
-	// ValidatePath and MutatePath are the webhook server's paths.
+	// ValidatePath, KeySetPath and MutatePath are the webhook server's paths.
 	ValidatePath = "/validate-slurmjob-annotations"
+	KeySetPath   = "/validate-slurm-key-set"
 	MutatePath   = "/mutate-pod-scheduler"
 )

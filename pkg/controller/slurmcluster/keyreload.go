@@ -4,6 +4,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
+	"github.com/kubeslurm/kubeslurm/pkg/slurmconf"
 )
 
 // Key rotation without the controller reading a Secret (it may not): the key Secret may
@@ -16,7 +17,7 @@ import (
 // drop the old one (docs/slurm-cluster.md, "Rotating the keys").
 
 // SlurmJWKSName is the key set's data key in the auth/slurm key Secret, and its file.
-const SlurmJWKSName = "slurm.jwks"
+const SlurmJWKSName = slurmconf.KeySetFile
 
 // slurmKeyProjections mount the auth/slurm key Secret's key as slurm.key and, when the
 // Secret has it, its key set as slurm.jwks.
