@@ -111,7 +111,8 @@ func startRootDaemon(t *testing.T, name string, port int, script string, env ...
 // (Debian's, started here), slurmctld registers the cluster with it, and a finished job
 // shows COMPLETED in sacct (and in slurmrestd's slurmdbd endpoints). The database password
 // reaches slurmdbd from its Secret, shell and Slurm-parser characters and all, without the
-// controller reading it.
+// controller reading it. The auth/slurm key and then the database password are changed in
+// place, each read again by slurmdbd with no container restarted.
 func TestSlurmClusterAccounting(t *testing.T) {
 	ctx := context.Background()
 	startPodRunner(t)
@@ -202,6 +203,36 @@ func TestSlurmClusterAccounting(t *testing.T) {
 	// (slurmdbd's first start on the new database ends once, before this.)
 	before := restarts(t, ns, daemons)
 	rotateSlurmKey(t, c, daemons)
+	accounted()
+	assert.Equal(t, before, restarts(t, ns, daemons), "no container restarted, no pod replaced")
+
+	// The database password changed, first in the database (slurmdbd's open connection
+	// stays), then in its Secret: slurmdbd starts again in its container with the new one,
+	// and a job's record reaches sacct only through a slurmdbd that connected with it.
+	var dbd daemon
+	for _, d := range daemons {
+		if d.container == "slurmdbd" {
+			dbd = d
+		}
+	}
+	_, err = rand.Read(b)
+	require.NoError(t, err)
+	newPassword := "kS" + hex.EncodeToString(b) + "-2"
+	out, err := runCmd(filepath.Join(repoRoot, "deploy", "local", "slurm-exec.sh"), "--clean", "--",
+		"/usr/bin/mariadb", "--no-defaults", "-h", "127.0.0.1", "-P", "3316", "-u", "slurm", "-p"+password,
+		"-e", "SET PASSWORD = PASSWORD('"+newPassword+"')")
+	require.NoError(t, err, "the password changed in MariaDB: %s", out)
+	starts := len(reloaded.FindAllString(containerLog(t, ns, dbd.pod, dbd.container), -1))
+	secret, err := kube.CoreV1().Secrets(ns).Get(ctx, "slurm-db", metav1.GetOptions{})
+	require.NoError(t, err)
+	secret.Data["password"] = []byte(newPassword + "\n")
+	_, err = kube.CoreV1().Secrets(ns).Update(ctx, secret, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	start := time.Now()
+	eventually(t, 90*time.Second, "slurmdbd started again with the new password", func() bool {
+		return len(reloaded.FindAllString(containerLog(t, ns, dbd.pod, dbd.container), -1)) > starts
+	})
+	t.Logf("the database password changed: slurmdbd started again after %s", time.Since(start).Round(time.Second))
 	accounted()
 	assert.Equal(t, before, restarts(t, ns, daemons), "no container restarted, no pod replaced")
 }

@@ -187,7 +187,14 @@ func startPodRunnerOn(t *testing.T, node, stateDir string, role runnerRole) {
 		case err := <-exited:
 			assert.NoError(t, err, "pod runner exit (log %s)", logPath)
 		case <-time.After(60 * time.Second):
-			_ = cmd.Process.Kill()
+			// A second signal kills its containers at once (a worker may still be waiting
+			// for a job to drain): none is left running for the tests after this one.
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(30 * time.Second):
+				_ = cmd.Process.Kill()
+			}
 			t.Errorf("pod runner did not stop within 60s of SIGTERM (log %s)", logPath)
 		}
 		_ = log.Close()

@@ -304,7 +304,10 @@ func (r *runner) registerNode(ctx context.Context) error {
 }
 
 // shutdown stops every process and removes the node unless adopted (its pods are then
-// orphans, which the pod garbage collector deletes).
+// orphans, which the pod garbage collector deletes). A SIGTERM or SIGINT meanwhile (the
+// second one, when a signal began the shutdown) cuts every grace period short: a worker
+// draining its Slurm node may wait an hour for a job, and a runner killed instead would
+// leave its containers' processes running.
 func (r *runner) shutdown() {
 	r.mu.Lock()
 	runs := make([]*podRun, 0, len(r.pods))
@@ -312,6 +315,21 @@ func (r *runner) shutdown() {
 		runs = append(runs, pr)
 	}
 	r.mu.Unlock()
+	force := make(chan os.Signal, 1)
+	signal.Notify(force, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(force)
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		select {
+		case <-force:
+			klog.InfoS("signalled again while stopping: every container is killed now")
+			for _, pr := range runs {
+				pr.grace.Store(0)
+			}
+		case <-stopped:
+		}
+	}()
 	// Every pod's grace period at once, as a node shutting down.
 	for _, pr := range runs {
 		pr.stop()

@@ -23,8 +23,9 @@ const (
 
 	componentSlurmdbd = "slurmdbd"
 	passwordVolume    = "db-password"
-	// passwordDir is where slurmdbd's pod mounts the database password (file "password").
-	passwordDir = "/etc/slurmdbd-password"
+	// passwordDir is where slurmdbd's pod mounts the database password, as passwordFile.
+	passwordDir  = "/etc/slurmdbd-password"
+	passwordFile = passwordDir + "/password"
 
 	ReasonAccountingRunning = "Running"
 	ReasonAccountingWaiting = "Waiting"
@@ -46,29 +47,32 @@ func AccountingName(c *slurmv1.SlurmCluster) string { return c.Name + "-accounti
 // there: slurmdbd looks for slurmdbd.conf and slurm.key next to slurm.conf. A password
 // that slurmdbd.conf cannot hold unquoted (empty, not printable ASCII, a space, '#', '"'
 // or '\') ends the container with exit code 4, never written into the file.
-var slurmdbdScript = `set -eu
+// All that is done at each start of slurmdbd, under supervise (keyreload.go), which also
+// watches the password file: a password changed in its Secret (after the database's) makes
+// slurmdbd start again in its container with it, as a changed key does.
+var slurmdbdScript = `set -u
 umask 077
-pass=$(cat ` + passwordDir + `/password)
-case $pass in
-'' | *[!!-~]* | *[\#\"\\]*)
-  echo "kubeslurm: the database password (spec.accounting.database.passwordRef) is empty or holds a space, a control or non-ASCII character, '#', '\"' or '\\', which slurmdbd.conf cannot hold" >&2
-  exit 4 ;;
-esac
 dir=` + slurmconf.SlurmdbdRunDir + `
-rm -f "$dir/slurmdbd.conf"
-{ cat ` + slurmconf.ConfigDir + `/slurmdbd.conf; printf 'StoragePass=%s\n' "$pass"; } >"$dir/slurmdbd.conf"
-chmod 600 "$dir/slurmdbd.conf"
-unset pass
 export SLURM_CONF="$dir/slurm.conf"
-# Linked at each start: a key file that appeared since (slurm.jwks) is seen too.
 slurmdbd() {
+  pass=$(cat ` + passwordFile + `) || exit 1
+  case $pass in
+  '' | *[!!-~]* | *[\#\"\\]*)
+    echo "kubeslurm: the database password (spec.accounting.database.passwordRef) is empty or holds a space, a control or non-ASCII character, '#', '\"' or '\\', which slurmdbd.conf cannot hold" >&2
+    exit 4 ;;
+  esac
+  rm -f "$dir/slurmdbd.conf"
+  { cat ` + slurmconf.ConfigDir + `/slurmdbd.conf; printf 'StoragePass=%s\n' "$pass"; } >"$dir/slurmdbd.conf" || exit 1
+  chmod 600 "$dir/slurmdbd.conf"
+  unset pass
+  # Linked at each start: a key file that appeared since (slurm.jwks) is seen too.
   for f in ` + slurmconf.ConfigDir + `/*; do
     [ "${f##*/}" = slurmdbd.conf ] || ln -sf "$f" "$dir/"
   done
   exec /usr/sbin/slurmdbd "$@"
 }
-set +e
 KEY_DIR=` + slurmconf.ConfigDir + `
+WATCH_ALSO=` + passwordFile + `
 ` + keyWatchShell + `supervise restart slurmdbd "$@"
 `
 

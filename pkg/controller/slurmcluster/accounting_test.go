@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -229,19 +230,9 @@ func TestSlurmdbdScript(t *testing.T) {
 		{"non-ASCII", "pässword", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tmp := t.TempDir()
-			etc, pw, run := filepath.Join(tmp, "etc"), filepath.Join(tmp, "pw"), filepath.Join(tmp, "run")
-			for _, d := range []string{etc, pw, run} {
-				require.NoError(t, os.Mkdir(d, 0o755))
-			}
-			require.NoError(t, os.WriteFile(filepath.Join(etc, "slurmdbd.conf"), []byte("StorageUser=slurm\n"), 0o644))
-			require.NoError(t, os.WriteFile(filepath.Join(etc, "slurm.key"), []byte("key"), 0o644))
-			require.NoError(t, os.WriteFile(filepath.Join(pw, "password"), []byte(tc.password), 0o644))
-			fake := filepath.Join(tmp, "slurmdbd")
-			require.NoError(t, os.WriteFile(fake, []byte("#!/bin/sh\necho \"args=$* conf=$SLURM_CONF pass=${pass-unset}\"\n"), 0o755))
-			script := strings.NewReplacer(passwordDir, pw, slurmconf.SlurmdbdRunDir, run,
-				slurmconf.ConfigDir, etc, "/usr/sbin/slurmdbd", fake).Replace(slurmdbdScript)
-			out, err := exec.Command("/bin/sh", "-c", script, "slurmdbd", "-D").CombinedOutput()
+			d := newSlurmdbdDirs(t, tc.password, "#!/bin/sh\necho \"args=$* conf=$SLURM_CONF pass=${pass-unset}\"\n")
+			etc, run := d.etc, d.run
+			out, err := d.cmd().CombinedOutput()
 			conf := filepath.Join(run, "slurmdbd.conf")
 			if !tc.ok {
 				var exit *exec.ExitError
@@ -264,4 +255,62 @@ func TestSlurmdbdScript(t *testing.T) {
 			assert.Equal(t, filepath.Join(etc, "slurm.key"), link)
 		})
 	}
+}
+
+// slurmdbdDirs is slurmdbdScript's paths moved into a temporary directory, and slurmdbd
+// replaced by a fake.
+type slurmdbdDirs struct{ etc, pw, run, script string }
+
+func newSlurmdbdDirs(t *testing.T, password, fakeSlurmdbd string) slurmdbdDirs {
+	t.Helper()
+	tmp := t.TempDir()
+	d := slurmdbdDirs{etc: filepath.Join(tmp, "etc"), pw: filepath.Join(tmp, "pw"), run: filepath.Join(tmp, "run")}
+	for _, dir := range []string{d.etc, d.pw, d.run} {
+		require.NoError(t, os.Mkdir(dir, 0o755))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(d.etc, "slurmdbd.conf"), []byte("StorageUser=slurm\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(d.etc, "slurm.key"), []byte("key"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(d.pw, "password"), []byte(password), 0o644))
+	fake := filepath.Join(tmp, "slurmdbd")
+	require.NoError(t, os.WriteFile(fake, []byte(fakeSlurmdbd), 0o755))
+	d.script = strings.NewReplacer(passwordDir, d.pw, slurmconf.SlurmdbdRunDir, d.run,
+		slurmconf.ConfigDir, d.etc, "/usr/sbin/slurmdbd", fake).Replace(slurmdbdScript)
+	return d
+}
+
+// cmd runs the script as slurmdbd's container does, checking its files every 0.2 s.
+func (d slurmdbdDirs) cmd() *exec.Cmd {
+	cmd := exec.Command("/bin/sh", "-c", d.script, "slurmdbd", "-D")
+	cmd.Env = append(os.Environ(), "KEY_WATCH_SECONDS=0.2")
+	return cmd
+}
+
+// A password changed in its Secret starts slurmdbd again in its container with the new
+// one; a new password slurmdbd.conf cannot hold ends the container with exit code 4.
+func TestSlurmdbdScriptPasswordChanged(t *testing.T) {
+	d := newSlurmdbdDirs(t, "one", `#!/bin/sh
+trap 'exit 0' TERM
+grep StoragePass "${SLURM_CONF%/*}/slurmdbd.conf" >>"${SLURM_CONF%/*}/starts"
+while :; do sleep 0.1; done
+`)
+	cmd := d.cmd()
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	starts := func() string {
+		b, _ := os.ReadFile(filepath.Join(d.run, "starts"))
+		return string(b)
+	}
+	require.Eventually(t, func() bool { return starts() == "StoragePass=one\n" }, 10*time.Second, 50*time.Millisecond, "starts: %q", starts())
+
+	require.NoError(t, os.WriteFile(filepath.Join(d.pw, "password"), []byte("two\n"), 0o644))
+	require.Eventually(t, func() bool { return starts() == "StoragePass=one\nStoragePass=two\n" }, 10*time.Second, 50*time.Millisecond, "starts: %q", starts())
+
+	require.NoError(t, os.WriteFile(filepath.Join(d.pw, "password"), []byte("a b"), 0o644))
+	var exit *exec.ExitError
+	require.ErrorAs(t, cmd.Wait(), &exit, "%s", out.String())
+	assert.Equal(t, passwordRefusedExit, exit.ExitCode())
+	assert.Equal(t, "StoragePass=one\nStoragePass=two\n", starts())
+	assert.Contains(t, out.String(), "kubeslurm: the key files in "+d.etc+" or "+d.pw+"/password changed: slurmdbd reads them again (restart)")
 }

@@ -39,7 +39,7 @@ func slurmKeyVolume(c *slurmv1.SlurmCluster, name string) v1.Volume {
 }
 
 // keyWatchShell defines, for a daemon's script, keysum (a checksum of the key files in
-// $KEY_DIR, whichever exist) and supervise RELOAD CMD...: it runs CMD in the background,
+// $KEY_DIR, whichever exist, and of $WATCH_ALSO if set) and supervise RELOAD CMD...: it runs CMD in the background,
 // passes SIGTERM on, and every 5 s compares the key files with those seen just before CMD
 // started (before, so that a change while CMD starts is not missed).
 // On a change, RELOAD=hup sends CMD SIGHUP: slurmctld and slurmd then re-execute
@@ -51,7 +51,7 @@ func slurmKeyVolume(c *slurmv1.SlurmCluster, name string) v1.Volume {
 // kept verifying with slurm.key alone in the e2e test). Only CMD: with the variables in
 // the container's environment, a worker's `scontrol delete` with a JWT failed (auth/slurm
 // instead of auth/jwt) in the e2e test.
-const keyWatchShell = `keysum() { cat "$KEY_DIR/slurm.key" "$KEY_DIR/slurm.jwks" "$KEY_DIR/jwt_hs256.key" 2>/dev/null | cksum; }
+const keyWatchShell = `keysum() { cat "$KEY_DIR/slurm.key" "$KEY_DIR/slurm.jwks" "$KEY_DIR/jwt_hs256.key" ${WATCH_ALSO:+"$WATCH_ALSO"} 2>/dev/null | cksum; }
 supervise() {
   reload=$1; shift
   keys=$(keysum)
@@ -62,7 +62,7 @@ supervise() {
     now=$(keysum)
     [ "$now" = "$keys" ] && continue
     keys=$now
-    echo "kubeslurm: the key files in $KEY_DIR changed: ${1##*/} reads them again ($reload)" >&2
+    echo "kubeslurm: the key files in $KEY_DIR${WATCH_ALSO:+ or $WATCH_ALSO} changed: ${1##*/} reads them again ($reload)" >&2
     if [ "$reload" = hup ]; then
       kill -HUP "$pid"
     else
