@@ -134,6 +134,18 @@ func workerConfCache(t *testing.T, ns, worker string) string {
 	return string(b)
 }
 
+// loginConfCache is the slurm.conf the login pod's sackd (configless) fetched from
+// slurmctld, in the pod's run directory (an emptyDir the pod runner keeps), and the pod.
+func loginConfCache(t *testing.T, ns string) (string, *v1.Pod) {
+	t.Helper()
+	pods, err := kube.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: wellknown.SlurmComponentLabel + "=login"})
+	require.NoError(t, err)
+	require.Len(t, pods.Items, 1)
+	p := &pods.Items[0]
+	b, _ := os.ReadFile(filepath.Join(runDir, "podrunner", "pods", string(p.UID), "volumes", "run", "conf", "slurm.conf"))
+	return string(b), p
+}
+
 // updateCluster changes the SlurmCluster key (read into c), retrying on conflicts.
 func updateCluster(t *testing.T, kc client.Client, key client.ObjectKey, c *slurmv1.SlurmCluster, mutate func(*slurmv1.SlurmCluster)) {
 	t.Helper()
@@ -261,6 +273,8 @@ func TestSlurmClusterRunsSlurm(t *testing.T) {
 	applied := c.Status.AppliedConfigHash
 	require.NotEmpty(t, applied)
 	require.Contains(t, workerConfCache(t, ns, worker), " MaxTime=1:00:00 ")
+	loginConf, login := loginConfCache(t, ns)
+	require.Contains(t, loginConf, " MaxTime=1:00:00 ")
 	update(func(c *slurmv1.SlurmCluster) { c.Spec.Partitions[0].MaxTime = "2:00:00" })
 	eventually(t, 180*time.Second, "the new configuration applied", func() bool {
 		return kc.Get(ctx, key, c) == nil && c.Status.AppliedConfigHash != applied &&
@@ -274,6 +288,11 @@ func TestSlurmClusterRunsSlurm(t *testing.T) {
 	eventually(t, 90*time.Second, "the worker's slurmd told of the new configuration", func() bool {
 		return kc.Get(ctx, key, c) == nil && c.Status.WorkersConfigHash == c.Status.AppliedConfigHash &&
 			strings.Contains(workerConfCache(t, ns, worker), " MaxTime=2:00:00 ")
+	})
+	// The login pod's sackd (the slurm user's, as slurmctld's message is) fetches it too.
+	eventually(t, 60*time.Second, "the login pod's sackd fetched the new configuration", func() bool {
+		conf, now := loginConfCache(t, ns)
+		return strings.Contains(conf, " MaxTime=2:00:00 ") && now.UID == login.UID
 	})
 	assert.Contains(t, namedClusterEvents(t, ns, "slurm", wellknown.EventSlurmWorkersReconfigured),
 		"slurmctld sent configuration "+c.Status.AppliedConfigHash+" to every slurmd (was "+applied+")")

@@ -58,8 +58,31 @@ func loginLabels(c *slurmv1.SlurmCluster, set *slurmv1.LoginSetSpec) map[string]
 	return labels
 }
 
-// loginKeyDir is where a login pod's sackd finds the auth/slurm key files.
-const loginKeyDir = "/etc/slurm-key"
+// loginKeyDir is where a login pod mounts the auth/slurm key files, and sackdKeyDir where
+// its script copies them for sackd (in the pod's own run directory).
+const (
+	loginKeyDir = "/etc/slurm-key"
+	sackdKeyDir = "/run/slurm/key"
+)
+
+// loginScript runs sackd as SlurmUser, as Slurm wants it: as root, sackd refuses slurmctld's
+// REQUEST_RECONFIGURE_SACKD (a credential for SlurmUser), and a login pod would keep the
+// slurm.conf it fetched at its start. The container stays root (sshd and users' sessions
+// need it). At each start of sackd the key files are copied where that user alone reads
+// them (the mounted ones are root's, 0400); supervise (keyreload.go) restarts sackd when
+// the mounted ones change.
+var loginScript = "KEY_DIR=" + loginKeyDir + "\n" + fmt.Sprintf(`sackd() {
+  chown %[1]d:%[1]d /run/slurm
+  rm -rf %[2]s
+  install -d -m 0700 -o %[1]d -g %[1]d %[2]s || exit 1
+  for f in "$KEY_DIR"/slurm.key "$KEY_DIR"/slurm.jwks; do
+    [ -f "$f" ] || continue
+    install -m 0400 -o %[1]d -g %[1]d "$f" %[2]s/ || exit 1
+  done
+  SLURM_SACK_JWKS=%[2]s/slurm.jwks exec /usr/bin/setpriv --reuid=%[1]d --regid=%[1]d --clear-groups /usr/sbin/sackd "$@"
+}
+`, SlurmUID, sackdKeyDir) + keyWatchShell + `supervise restart sackd "$@"
+`
 
 // loginDeployment fills a LoginSet's Deployment: pods where users run sbatch, squeue and
 // the rest (kubectl exec). Each runs sackd, configless: it fetches slurm.conf from slurmctld
@@ -77,15 +100,15 @@ func loginDeployment(c *slurmv1.SlurmCluster, set *slurmv1.LoginSetSpec, d *apps
 	d.Spec.Selector = &metav1.LabelSelector{MatchLabels: labels}
 	d.Spec.Template.Labels = labels
 	d.Spec.Template.Spec = v1.PodSpec{
-		// sackd reads the key as root; users come in with kubectl exec.
+		// Root: the script hands sackd the key and drops to the slurm user; users come in
+		// with kubectl exec (or ssh).
 		SecurityContext: &v1.PodSecurityContext{RunAsUser: ptr[int64](0), RunAsGroup: ptr[int64](0)},
 		Containers: []v1.Container{{
-			Name:  componentLogin,
-			Image: image,
-			// A changed key restarts sackd (keyreload.go).
-			Command: []string{"/bin/sh", "-c", supervisedScript(loginKeyDir, "restart", "/usr/sbin/sackd"), "sackd"},
+			Name:    componentLogin,
+			Image:   image,
+			Command: []string{"/bin/sh", "-c", loginScript, "sackd"},
 			Args: []string{"-D", "--conf-server", fmt.Sprintf("%s:%d", addr, controllerPort(c)),
-				"--key-file", loginKeyDir + "/" + SlurmKeyName},
+				"--key-file", sackdKeyDir + "/" + SlurmKeyName},
 			// sackd 26.05 takes its port from the environment (its -p is documented, not parsed).
 			Env:   []v1.EnvVar{{Name: "SACKD_PORT", Value: fmt.Sprint(LoginSackdPort)}},
 			Ports: []v1.ContainerPort{{Name: "sackd", ContainerPort: LoginSackdPort}},

@@ -2,7 +2,14 @@ package slurmcluster
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -36,9 +43,9 @@ func TestLoginSetsFollowTheSpec(t *testing.T) {
 	assert.Equal(t, int32(1), *users.Spec.Replicas)
 	ctr := users.Spec.Template.Spec.Containers[0]
 	assert.Equal(t, DefaultLoginImage, ctr.Image)
-	assert.Equal(t, []string{"-D", "--conf-server", "slurm-controller.hpc.svc:6817", "--key-file", "/etc/slurm-key/slurm.key"}, ctr.Args)
+	assert.Equal(t, []string{"-D", "--conf-server", "slurm-controller.hpc.svc:6817", "--key-file", "/run/slurm/key/slurm.key"}, ctr.Args)
 	assert.Equal(t, []v1.EnvVar{{Name: "SACKD_PORT", Value: "6828"}}, ctr.Env)
-	assert.Equal(t, []string{"/bin/sh", "-c", supervisedScript("/etc/slurm-key", "restart", "/usr/sbin/sackd"), "sackd"}, ctr.Command)
+	assert.Equal(t, []string{"/bin/sh", "-c", loginScript, "sackd"}, ctr.Command)
 	assert.Equal(t, []string{"/usr/bin/sinfo", "--noheader", "--summarize"}, ctr.ReadinessProbe.Exec.Command)
 	assert.Len(t, users.Spec.Template.Spec.Volumes, 3, "the key, /run/slurm and an empty /etc/slurm: no sssd.conf asked for")
 
@@ -193,4 +200,56 @@ func TestLoginSSH(t *testing.T) {
 	require.NoError(t, f.kube.Get(ctx, client.ObjectKeyFromObject(d), d))
 	assert.Len(t, d.Spec.Template.Spec.Containers, 2)
 	assert.True(t, apierrors.IsNotFound(f.kube.Get(ctx, client.ObjectKeyFromObject(svc), &v1.Service{})), "the Service goes with ssh")
+}
+
+// loginScript, run by the host's sh (as root) with its paths moved into a temporary
+// directory and sackd replaced by a script that shows what it got: sackd runs as the slurm
+// user with a copy of the key files only that user reads, the key set among them; a
+// changed key set starts it again with a new copy, and one removed from the Secret is gone
+// from the copy too.
+func TestLoginScript(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the script drops from root to the slurm user")
+	}
+	tmp := t.TempDir()
+	// The slurm user runs the fake sackd in it.
+	require.NoError(t, os.Chmod(tmp, 0o755))
+	require.NoError(t, os.Chmod(filepath.Dir(tmp), 0o755))
+	keys, run := filepath.Join(tmp, "keys"), filepath.Join(tmp, "run")
+	require.NoError(t, os.Mkdir(keys, 0o755))
+	require.NoError(t, os.Mkdir(run, 0o777))
+	require.NoError(t, os.WriteFile(filepath.Join(keys, "slurm.key"), []byte("key"), 0o400))
+	require.NoError(t, os.WriteFile(filepath.Join(keys, "slurm.jwks"), []byte("set1"), 0o400))
+	fake := filepath.Join(tmp, "sackd")
+	require.NoError(t, os.WriteFile(fake, []byte(`#!/bin/sh
+trap 'exit 0' TERM
+d=${SLURM_SACK_JWKS%/*}
+echo "uid=$(id -u) args=$* jwks=$(cat "$SLURM_SACK_JWKS" 2>/dev/null) files=$(cd "$d" && echo $(stat -c '%n:%u:%a' *))" >>"$d/../starts"
+while :; do sleep 0.1; done
+`), 0o755))
+	script := strings.NewReplacer(loginKeyDir, keys, sackdKeyDir, filepath.Join(run, "key"),
+		"/run/slurm", run, "/usr/sbin/sackd", fake).Replace(loginScript)
+	cmd := exec.Command("/bin/sh", "-c", script, "sackd", "-D")
+	cmd.Env = append(os.Environ(), "KEY_WATCH_SECONDS=0.2")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	starts := func() []string {
+		b, _ := os.ReadFile(filepath.Join(run, "starts"))
+		return strings.Split(strings.TrimSpace(string(b)), "\n")
+	}
+	uid := fmt.Sprint(SlurmUID)
+	first := "uid=" + uid + " args=-D jwks=set1 files=slurm.jwks:" + uid + ":400 slurm.key:" + uid + ":400"
+	require.Eventually(t, func() bool { return starts()[0] == first }, 10*time.Second, 50*time.Millisecond, "starts: %q\n%s", starts(), out.String())
+
+	require.NoError(t, os.Remove(filepath.Join(keys, "slurm.jwks")))
+	second := "uid=" + uid + " args=-D jwks= files=slurm.key:" + uid + ":400"
+	require.Eventually(t, func() bool { return len(starts()) == 2 && starts()[1] == second }, 10*time.Second, 50*time.Millisecond, "starts: %q\n%s", starts(), out.String())
+	st, err := os.Stat(run)
+	require.NoError(t, err)
+	assert.Equal(t, uint32(SlurmUID), st.Sys().(*syscall.Stat_t).Uid, "sackd's run directory is the slurm user's")
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, cmd.Wait(), out.String())
 }
