@@ -209,12 +209,7 @@ func TestSlurmClusterAccounting(t *testing.T) {
 	// The database password changed, first in the database (slurmdbd's open connection
 	// stays), then in its Secret: slurmdbd starts again in its container with the new one,
 	// and a job's record reaches sacct only through a slurmdbd that connected with it.
-	var dbd daemon
-	for _, d := range daemons {
-		if d.container == "slurmdbd" {
-			dbd = d
-		}
-	}
+	dbd := daemonOf(t, daemons, "slurmdbd")
 	_, err = rand.Read(b)
 	require.NoError(t, err)
 	newPassword := "kS" + hex.EncodeToString(b) + "-2"
@@ -222,15 +217,11 @@ func TestSlurmClusterAccounting(t *testing.T) {
 		"/usr/bin/mariadb", "--no-defaults", "-h", "127.0.0.1", "-P", "3316", "-u", "slurm", "-p"+password,
 		"-e", "SET PASSWORD = PASSWORD('"+newPassword+"')")
 	require.NoError(t, err, "the password changed in MariaDB: %s", out)
-	starts := len(reloaded.FindAllString(containerLog(t, ns, dbd.pod, dbd.container), -1))
-	secret, err := kube.CoreV1().Secrets(ns).Get(ctx, "slurm-db", metav1.GetOptions{})
-	require.NoError(t, err)
-	secret.Data["password"] = []byte(newPassword + "\n")
-	_, err = kube.CoreV1().Secrets(ns).Update(ctx, secret, metav1.UpdateOptions{})
-	require.NoError(t, err)
+	starts := reloads(t, ns, dbd)
+	require.NoError(t, writeSecretData(ns, "slurm-db", "password", []byte(newPassword+"\n")))
 	start := time.Now()
 	eventually(t, 90*time.Second, "slurmdbd started again with the new password", func() bool {
-		return len(reloaded.FindAllString(containerLog(t, ns, dbd.pod, dbd.container), -1)) > starts
+		return reloads(t, ns, dbd) > starts
 	})
 	t.Logf("the database password changed: slurmdbd started again after %s", time.Since(start).Round(time.Second))
 	accounted()

@@ -74,6 +74,23 @@ type daemon struct {
 	uid            string
 }
 
+// reloads is how many times d's script has logged that its daemon reads its keys again.
+func reloads(t *testing.T, ns string, d daemon) int {
+	return len(reloaded.FindAllString(containerLog(t, ns, d.pod, d.container), -1))
+}
+
+// daemonOf is the first of daemons whose container is component's.
+func daemonOf(t *testing.T, daemons []daemon, component string) daemon {
+	t.Helper()
+	for _, d := range daemons {
+		if d.container == component {
+			return d
+		}
+	}
+	require.Failf(t, "no daemon", "no %s among %v", component, daemons)
+	return daemon{}
+}
+
 // clusterDaemons lists the live pods of the SlurmCluster's components (slurmctld, slurmd,
 // login, slurmdbd: each pod's daemon container is named as its component).
 func clusterDaemons(t *testing.T, ns string, components ...string) []daemon {
@@ -116,17 +133,23 @@ func keySecretData(t *testing.T, c *slurmv1.SlurmCluster, key string) []byte {
 	return secret.Data[key]
 }
 
-// writeKeySet writes set as slurm.jwks into the cluster's auth/slurm key Secret.
-func writeKeySet(c *slurmv1.SlurmCluster, set []byte) error {
+// writeSecretData writes value under key into Secret ns/name (an edit in place, as
+// `kubectl patch` makes it).
+func writeSecretData(ns, name, key string, value []byte) error {
 	ctx := context.Background()
-	name, _ := slurmcluster.SlurmKeySecret(c)
-	secret, err := kube.CoreV1().Secrets(c.Namespace).Get(ctx, name, metav1.GetOptions{})
+	secret, err := kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
-	secret.Data[slurmcluster.SlurmJWKSName] = set
-	_, err = kube.CoreV1().Secrets(c.Namespace).Update(ctx, secret, metav1.UpdateOptions{})
+	secret.Data[key] = value
+	_, err = kube.CoreV1().Secrets(ns).Update(ctx, secret, metav1.UpdateOptions{})
 	return err
+}
+
+// writeKeySet writes set as slurm.jwks into the cluster's auth/slurm key Secret.
+func writeKeySet(c *slurmv1.SlurmCluster, set []byte) error {
+	name, _ := slurmcluster.SlurmKeySecret(c)
+	return writeSecretData(c.Namespace, name, slurmcluster.SlurmJWKSName, set)
 }
 
 // rotateSlurmKey rotates the cluster's auth/slurm key by editing its Secret in place, in
@@ -158,7 +181,7 @@ func rotateSlurmKey(t *testing.T, c *slurmv1.SlurmCluster, daemons []daemon) {
 		start := time.Now()
 		eventually(t, 90*time.Second, fmt.Sprintf("step %d (%s): every daemon read the keys again", i+1, step.what), func() bool {
 			for _, d := range daemons {
-				if len(reloaded.FindAllString(containerLog(t, c.Namespace, d.pod, d.container), -1)) < i+1 {
+				if reloads(t, c.Namespace, d) < i+1 {
 					return false
 				}
 			}
@@ -189,12 +212,7 @@ func TestSlurmClusterKeyRotation(t *testing.T) {
 		daemons = clusterDaemons(t, ns, "slurmctld", "slurmd", "login")
 		return len(daemons) == 4
 	})
-	login := ""
-	for _, d := range daemons {
-		if d.container == "login" {
-			login = d.pod
-		}
-	}
+	login := daemonOf(t, daemons, "login").pod
 	eventually(t, 90*time.Second, "the login pod answers sinfo", func() bool {
 		_, err := execInPod(t, ns, login, "login", "/usr/bin/sinfo")
 		return err == nil
@@ -246,11 +264,7 @@ func TestSlurmClusterKeyRotation(t *testing.T) {
 	show = waitClusterJobCompleted(t, c, clusterSbatch(t, c, "-N2", "--chdir", "/tmp", "--output", "/dev/null", "--wrap", "srun -N2 true"))
 	t.Logf("after the rotation, with a new worker: a two-node job %s on %s", regexpField(show, "JobState"), regexpField(show, "NodeList"))
 
-	for _, d := range daemons {
-		if d.container == "slurmctld" {
-			jwtKeyRotated(t, c, d)
-		}
-	}
+	jwtKeyRotated(t, c, daemonOf(t, daemons, "slurmctld"))
 	keySetRefused(t, c)
 }
 
@@ -258,21 +272,16 @@ func TestSlurmClusterKeyRotation(t *testing.T) {
 // again without a restart; from then on a token made with the new key is accepted and one
 // made with the old key is refused.
 func jwtKeyRotated(t *testing.T, c *slurmv1.SlurmCluster, slurmctld daemon) {
-	ctx := context.Background()
-	name, key := slurmcluster.JWTKeySecret(c)
-	secret, err := kube.CoreV1().Secrets(c.Namespace).Get(ctx, name, metav1.GetOptions{})
-	require.NoError(t, err)
-	oldToken := tokenFromKey(t, secret.Data[key])
-	reloads := len(reloaded.FindAllString(containerLog(t, c.Namespace, slurmctld.pod, slurmctld.container), -1))
+	oldToken := clusterToken(t, c)
+	before := reloads(t, c.Namespace, slurmctld)
 	newKey := make([]byte, 64)
-	_, err = rand.Read(newKey)
+	_, err := rand.Read(newKey)
 	require.NoError(t, err)
-	secret.Data[key] = newKey
-	_, err = kube.CoreV1().Secrets(c.Namespace).Update(ctx, secret, metav1.UpdateOptions{})
-	require.NoError(t, err)
+	name, key := slurmcluster.JWTKeySecret(c)
+	require.NoError(t, writeSecretData(c.Namespace, name, key, newKey))
 	start := time.Now()
 	eventually(t, 90*time.Second, "slurmctld read the new JWT key", func() bool {
-		return len(reloaded.FindAllString(containerLog(t, c.Namespace, slurmctld.pod, slurmctld.container), -1)) > reloads
+		return reloads(t, c.Namespace, slurmctld) > before
 	})
 	t.Logf("JWT key replaced: slurmctld read it again after %s", time.Since(start).Round(time.Second))
 	eventually(t, 60*time.Second, "squeue with a token of the new JWT key", func() bool {

@@ -34,10 +34,10 @@ func CheckKeySet(jwks []byte, now time.Time) error {
 		return fmt.Errorf(`no "keys" list, or an empty one`)
 	}
 	kids := map[string]bool{}
-	exps := make([]int64, len(*set.Keys))
+	keys := make([]checkedKey, len(*set.Keys))
 	signing := -1 // the default key's index
 	for i, raw := range *set.Keys {
-		k, exp, err := checkKey(raw)
+		k, err := checkKey(raw)
 		if err != nil {
 			return fmt.Errorf("keys[%d]: %w", i, err)
 		}
@@ -45,7 +45,7 @@ func CheckKeySet(jwks []byte, now time.Time) error {
 			return fmt.Errorf("keys[%d]: kid %q is not unique", i, k.Kid)
 		}
 		kids[k.Kid] = true
-		exps[i] = exp
+		keys[i] = k
 		if strings.EqualFold(k.Use, "default") {
 			if signing >= 0 {
 				return fmt.Errorf("keys[%d]: a second default key (kid %q); at most one key may have \"use\": \"default\"", i, k.Kid)
@@ -56,17 +56,20 @@ func CheckKeySet(jwks []byte, now time.Time) error {
 	if signing < 0 {
 		signing = 0
 	}
-	if exp := exps[signing]; exp != 0 && exp < now.Unix() {
+	if exp := keys[signing].Exp; exp != 0 && exp < now.Unix() {
 		return fmt.Errorf("keys[%d], the key that signs, expired at %s", signing, time.Unix(exp, 0).UTC().Format(time.RFC3339))
 	}
 	return nil
 }
 
-// checkedKey is a key that passed checkKey.
-type checkedKey struct{ Kid, Use string }
+// checkedKey is a key that passed checkKey: its kid, use and exp (0: none).
+type checkedKey struct {
+	Kid, Use string
+	Exp      int64
+}
 
-// checkKey checks one key of a set and returns its kid, use and exp (0: none).
-func checkKey(raw json.RawMessage) (checkedKey, int64, error) {
+// checkKey checks one key of a set.
+func checkKey(raw json.RawMessage) (checkedKey, error) {
 	var k struct {
 		Kid any             `json:"kid"`
 		Kty any             `json:"kty"`
@@ -76,7 +79,7 @@ func checkKey(raw json.RawMessage) (checkedKey, int64, error) {
 		Exp json.RawMessage `json:"exp"`
 	}
 	if err := json.Unmarshal(raw, &k); err != nil {
-		return checkedKey{}, 0, fmt.Errorf("not a JSON object: %w", err)
+		return checkedKey{}, fmt.Errorf("not a JSON object: %w", err)
 	}
 	field := func(name string, v any) (string, error) {
 		s, ok := v.(string)
@@ -87,7 +90,7 @@ func checkKey(raw json.RawMessage) (checkedKey, int64, error) {
 	}
 	kid, err := field("kid", k.Kid)
 	if err != nil {
-		return checkedKey{}, 0, err
+		return checkedKey{}, err
 	}
 	for _, f := range []struct {
 		name  string
@@ -96,29 +99,29 @@ func checkKey(raw json.RawMessage) (checkedKey, int64, error) {
 	}{{"kty", k.Kty, "oct"}, {"alg", k.Alg, "HS256"}} {
 		s, err := field(f.name, f.value)
 		if err != nil {
-			return checkedKey{}, 0, err
+			return checkedKey{}, err
 		}
 		if !strings.EqualFold(s, f.want) {
-			return checkedKey{}, 0, fmt.Errorf("%q is %q, not %s", f.name, s, f.want)
+			return checkedKey{}, fmt.Errorf("%q is %q, not %s", f.name, s, f.want)
 		}
 	}
 	encoded, err := field("k", k.K)
 	if err != nil {
-		return checkedKey{}, 0, err
+		return checkedKey{}, err
 	}
 	key, err := decodeKey(encoded)
 	if err != nil {
-		return checkedKey{}, 0, fmt.Errorf(`"k": %w`, err)
+		return checkedKey{}, fmt.Errorf(`"k": %w`, err)
 	}
 	if len(key) < minKeyBytes {
-		return checkedKey{}, 0, fmt.Errorf(`"k" is %d bytes; auth/slurm wants at least %d`, len(key), minKeyBytes)
+		return checkedKey{}, fmt.Errorf(`"k" is %d bytes; auth/slurm wants at least %d`, len(key), minKeyBytes)
 	}
 	use, _ := k.Use.(string)
 	exp, err := expiry(k.Exp)
 	if err != nil {
-		return checkedKey{}, 0, err
+		return checkedKey{}, err
 	}
-	return checkedKey{Kid: kid, Use: use}, exp, nil
+	return checkedKey{Kid: kid, Use: use, Exp: exp}, nil
 }
 
 // decodeKey decodes a key given in base64url or base64, with or without padding.

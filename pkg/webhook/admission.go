@@ -181,13 +181,10 @@ func ownedBy(refs []metav1.OwnerReference, kind string) bool {
 // daemon of a SlurmCluster reads from its key Secret) Slurm would refuse: each daemon that
 // read it would exit, and a worker's container with its jobs. An update is checked only
 // when it changes the key set.
-type KeySetValidator struct {
-	// Now is the time an expired signing key is judged by (nil: time.Now).
-	Now func() time.Time
-}
+type KeySetValidator struct{}
 
 // Handle implements admission.Handler.
-func (v KeySetValidator) Handle(_ context.Context, req admission.Request) admission.Response {
+func (KeySetValidator) Handle(_ context.Context, req admission.Request) admission.Response {
 	var secret, old corev1.Secret
 	if err := decode(req, &secret, &old); err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
@@ -196,11 +193,7 @@ func (v KeySetValidator) Handle(_ context.Context, req admission.Request) admiss
 	if !ok || (req.Operation == admissionv1.Update && bytes.Equal(set, old.Data[slurmconf.KeySetFile])) {
 		return admission.Allowed("slurm.jwks absent or unchanged")
 	}
-	now := time.Now
-	if v.Now != nil {
-		now = v.Now
-	}
-	if err := slurmconf.CheckKeySet(set, now()); err != nil {
+	if err := slurmconf.CheckKeySet(set, time.Now()); err != nil {
 		return admission.Denied(fmt.Sprintf("%s is a key set Slurm refuses (every daemon that read it would exit): %v",
 			slurmconf.KeySetFile, err))
 	}
