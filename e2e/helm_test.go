@@ -2,12 +2,10 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -145,70 +143,6 @@ func podReady(p *v1.Pod) bool {
 		}
 	}
 	return false
-}
-
-// startPodRunner runs bin/kubeslurm-podrunner for the test (log in .local/logs/podrunner.log;
-// its containers log to .local/podrunner/logs/; Slurm images run in .local/slurm-root)
-// and stops it at the end, which also removes its node.
-func startPodRunner(t *testing.T) { startPodRunnerOn(t, runnerNode, "podrunner", runnerBinds) }
-
-// runnerRole is what a pod runner of the test does with its node.
-type runnerRole int
-
-const (
-	// runnerBinds registers its node and binds the unscheduled pods of our images to it
-	// (one runner only should).
-	runnerBinds runnerRole = iota
-	// runnerOnly registers its node and runs the pods bound to it.
-	runnerOnly
-	// runnerAdopts runs, on an existing kwok node, the pods of images under localhost/
-	// (--adopt-node); the node stays when it stops.
-	runnerAdopts
-)
-
-// startPodRunnerOn runs a pod runner for node, with its state (and its containers' logs)
-// in .local/<stateDir>, and stops it at the end.
-func startPodRunnerOn(t *testing.T, node, stateDir string, role runnerRole) {
-	t.Helper()
-	logPath := filepath.Join(runDir, "logs", stateDir+".log")
-	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	require.NoError(t, err)
-	cmd := exec.Command(filepath.Join(repoRoot, "bin", "kubeslurm-podrunner"),
-		"--kubeconfig", filepath.Join(runDir, "admin.kubeconfig"), "--node-name", node,
-		"--state-dir", filepath.Join(runDir, stateDir), "--slurm-root", filepath.Join(runDir, "slurm-root"),
-		fmt.Sprintf("--bind-unscheduled=%t", role == runnerBinds), fmt.Sprintf("--adopt-node=%t", role == runnerAdopts))
-	cmd.Stdout, cmd.Stderr = log, log
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-exited:
-			assert.NoError(t, err, "pod runner exit (log %s)", logPath)
-		case <-time.After(60 * time.Second):
-			// A second signal kills its containers at once (a worker may still be waiting
-			// for a job to drain): none is left running for the tests after this one.
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(30 * time.Second):
-				_ = cmd.Process.Kill()
-			}
-			t.Errorf("pod runner did not stop within 60s of SIGTERM (log %s)", logPath)
-		}
-		_ = log.Close()
-		_, err := kube.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
-		if role == runnerAdopts {
-			assert.NoError(t, err, "adopted node %s must stay after the runner stopped", node)
-		} else {
-			assert.True(t, apierrors.IsNotFound(err), "node %s left after the runner stopped: %v", node, err)
-		}
-	})
-	eventually(t, 30*time.Second, "node "+node+" Ready", func() bool {
-		n, err := kube.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
-		return err == nil && readyOf(n) == v1.ConditionTrue
-	})
 }
 
 // helmHome is helm's environment for the test: the local cluster's kubeconfig, and its

@@ -52,29 +52,14 @@ func TestSlurmEndsThePodWithTheReason(t *testing.T) {
 
 // A node failure ends the pod: the slurmd of the node running a placeholder job stops, Slurm
 // marks the node DOWN after SlurmdTimeout (30 s) and ends the job NODE_FAIL, and the pod
-// goes with a SlurmJobNodeFail event.
+// goes with a SlurmJobNodeFail event; once slurmd is back, so is the node.
 //
 // A requeued job ending its pod (SlurmJobRequeued) has no e2e test: Slurm 26.05 refuses to
 // requeue a placeholder job (EXTERNAL_JOB, BatchFlag=0). `scontrol requeue <id>` and
 // `scontrol requeuehold <id>` of a running one both exit 1 with
 // "Only batch jobs are accepted or processed for job <id>"; the unit tests cover it.
 func TestSlurmNodeFailureEndsThePod(t *testing.T) {
-	node := nodes[len(nodes)-1]
-	restoreNodeAtEnd(t, node)
-	slurmd := "slurmd-" + node
-	t.Cleanup(func() { component(t, "start", slurmd) }) // runs before restoreNodeAtEnd's
-	ns := namespace(t)
-	p := waitBound(t, ns, createPod(t, ns, "lost", onlyOnNode(node)).Name, 60*time.Second)
-	id := jobIDOf(t, p)
-	eventually(t, 30*time.Second, "lost Running", func() bool { return getPod(t, ns, "lost").Status.Phase == v1.PodRunning })
-
-	component(t, "stop", slurmd)
-	waitGone(t, ns, "lost", 120*time.Second)
-	ev := podEvents(t, p)
-	assert.Contains(t, ev, wellknown.EventSlurmJobNodeFail)
-	assert.Contains(t, ev, "NODE_FAIL")
-	j, ok := jobByID(t, id)
-	assert.True(t, !ok || j.State == "NODE_FAIL", "job %d ended NODE_FAIL: %+v", id, j)
+	slurmNodeFailureEndsThePod(t, localStack(), namespace(t))
 }
 
 // 3. kubectl drain of a node running a placeholder job waits until the job ends, then completes.
@@ -199,17 +184,5 @@ func readyOf(n *v1.Node) v1.ConditionStatus {
 	return ""
 }
 
-// waitSlurmNodeIdle waits until Slurm reports the node plain idle (no drain, no job).
-func waitSlurmNodeIdle(t *testing.T, node string) {
-	t.Helper()
-	eventually(t, 60*time.Second, "Slurm node "+node+" idle", func() bool {
-		out, err := runCmd(filepath.Join(runDir, "bin", "sinfo"), "-h", "-n", node, "-o", "%t")
-		// One line per partition the node is in (k8s and urgent): idle in every one.
-		states := strings.Fields(out)
-		idle := err == nil && len(states) > 0
-		for _, s := range states {
-			idle = idle && s == "idle"
-		}
-		return idle
-	})
-}
+// waitSlurmNodeIdle waits until the local Slurm reports the node plain idle (no drain, no job).
+func waitSlurmNodeIdle(t *testing.T, node string) { localStack().waitNodeIdle(t, node) }

@@ -102,31 +102,7 @@ func TestNodeAdminDrainIsMirroredAndNeverUndone(t *testing.T) {
 // 3. A drained node whose slurmd stops goes DOWN+DRAIN+NOT_RESPONDING: exactly three
 // SlurmNode* conditions, the same on every look, through several kwok heartbeats.
 func TestNodeDownDrainedNotRespondingConditions(t *testing.T) {
-	node := nodes[2]
-	restoreNodeAtEnd(t, node)
-	slurmd := "slurmd-" + node
-	t.Cleanup(func() { component(t, "start", slurmd) }) // runs before restoreNodeAtEnd's
-
-	slurmCmd(t, "scontrol", "update", "nodename="+node, "state=drain", "reason=e2e down test")
-	component(t, "stop", slurmd)
-	want := []string{"SlurmNodeDown", wellknown.SlurmNodeDrainedCondition, "SlurmNodeNotResponding"}
-	var first map[string]v1.NodeCondition
-	eventually(t, 90*time.Second, node+" DOWN+DRAIN+NOT_RESPONDING in Kubernetes (SlurmdTimeout is 30 s)", func() bool {
-		first = slurmConditions(getNode(t, node))
-		return slices.Equal(sortedKeys(first), want)
-	})
-	assert.Contains(t, slurmNodeFlags(t, node), "DOWN", "Slurm agrees")
-	for _, typ := range want {
-		assert.True(t, strings.HasPrefix(first[typ].Message, "e2e down test"), "%s: %q is Slurm's reason", typ, first[typ].Message)
-	}
-
-	// Twice in a row, and through kwok's heartbeats (every 20-45 s), which patch only
-	// kwok's own conditions: ours are neither wiped nor duplicated.
-	time.Sleep(3 * time.Second)
-	assert.Equal(t, first, slurmConditions(getNode(t, node)), "re-reconciling changes nothing")
-	throughHeartbeats(t, node, 3, "our conditions intact", func(n *v1.Node) {
-		require.Equal(t, first, slurmConditions(n))
-	})
+	nodeDownDrainedNotRespondingConditions(t, localStack())
 }
 
 // throughHeartbeats waits until kwok has posted beats more heartbeats of the node (its
@@ -383,22 +359,7 @@ func BenchmarkNodeDrainLatency(b *testing.B) {
 
 // restoreNodeAtEnd uncordons the node, drops our annotation, resumes a drain in Slurm
 // and waits until the Slurm node is idle and untainted, and every other Slurm node idle.
-func restoreNodeAtEnd(t *testing.T, node string) {
-	t.Helper()
-	t.Cleanup(func() {
-		ctx := context.Background()
-		_, err := kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType,
-			fmt.Appendf(nil, `{"spec":{"unschedulable":null},"metadata":{"annotations":{%q:null}}}`, wellknown.DrainReasonAnnotation), metav1.PatchOptions{})
-		require.NoError(t, err)
-		if state, _ := sinfoNode(t, node); strings.HasPrefix(state, "drain") {
-			slurmCmd(t, "scontrol", "update", "nodename="+node, "state=resume")
-		}
-		for _, n := range nodes {
-			waitSlurmNodeIdle(t, n)
-		}
-		eventually(t, 5*time.Second, "no taint of ours on "+node, func() bool { return !hasSlurmTaint(getNode(t, node)) })
-	})
-}
+func restoreNodeAtEnd(t *testing.T, node string) { localStack().restoreNodeAtEnd(t, node) }
 
 func nodeKubectl(t *testing.T, args ...string) {
 	t.Helper()
@@ -440,9 +401,7 @@ func recreateNode(t *testing.T, saved *v1.Node) {
 // sinfoNode returns sinfo's compact state ("idle", "drain", "down*", ...) and reason. sinfo
 // prints a line per partition of the node, all alike: the first one says it.
 func sinfoNode(t *testing.T, node string) (state, reason string) {
-	t.Helper()
-	state, reason, _ = strings.Cut(sinfoLine(t, node, "%t|%E"), "|")
-	return state, reason
+	return localStack().sinfoNode(t, node)
 }
 
 // sinfoLine is sinfo's first line for the node in the given -o format.
@@ -462,6 +421,12 @@ func slurmNodeFlags(t *testing.T, node string) []string {
 		require.Contains(t, out, "not found", "scontrol show node %s: %s", node, out)
 		return nil
 	}
+	return stateFlags(t, out)
+}
+
+// stateFlags are the State= flags of `scontrol -o show node`'s line.
+func stateFlags(t *testing.T, out string) []string {
+	t.Helper()
 	m := stateRE.FindStringSubmatch(out)
 	require.NotNil(t, m, out)
 	return strings.Split(m[1], "+")

@@ -28,7 +28,7 @@ const adoptedWorkerImage = "localhost/" + slurmcluster.DefaultWorkerImage
 // addAdoptedKwokNode adds a kwok node, and a pod runner that adopts it (--adopt-node) to run
 // the pods of images under localhost/ bound there; kwok keeps the node and fakes its other
 // pods. At the end the runner stops, then the node is deleted.
-func addAdoptedKwokNode(t *testing.T, name string) {
+func addAdoptedKwokNode(t *testing.T, name string) *podRunner {
 	t.Helper()
 	_, err := kube.CoreV1().Nodes().Create(context.Background(), kwokNode(name, map[string]string{v1.LabelHostname: name}), metav1.CreateOptions{})
 	require.NoError(t, err)
@@ -38,7 +38,7 @@ func addAdoptedKwokNode(t *testing.T, name string) {
 			assert.NoError(t, err)
 		}
 	})
-	startPodRunnerOn(t, name, "podrunner-"+name, runnerAdopts)
+	return startPodRunnerOn(t, name, "podrunner-"+name, runnerAdopts)
 }
 
 // waitIndexedJobPods waits until the indexed Job's n pods are bound and returns them in
@@ -97,18 +97,24 @@ func createIndexedGang(t *testing.T, ns, name string, n int32, opts ...podOpt) {
 // pod (a kwok fake) bound to the node of its rank, and the Job completes. The scenarios of
 // TestPodIsPlacedBySlurm, TestJobStateOnThePod, TestSbatchJobAndPodShareNodes,
 // TestPodAndJobEndTogether, TestBadInputGetsAnEventAndNoJob,
-// TestSchedulerRestartKeepsOneJobPerPod, TestNotReadyNodeReleasesItsJob and
-// TestExclusivePodsQueueInSlurmPriorityOrder then run on that Slurm too.
+// TestSchedulerRestartKeepsOneJobPerPod, TestNotReadyNodeReleasesItsJob,
+// TestExclusivePodsQueueInSlurmPriorityOrder, TestSlurmNodeFailureEndsThePod and
+// TestNodeDownDrainedNotRespondingConditions then run on that Slurm too; in the last two a
+// node's machine fails (its runner and all the processes it started killed at once, so no
+// worker drains) and comes back (a new runner starts the worker pod's containers again).
 func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 	ctx := context.Background()
 	startPodRunner(t) // slurmctld and slurmrestd, on the runner's own node
 	kwokNodes := []string{"kwok-worker-1", "kwok-worker-2", "kwok-worker-3"}
+	runners := map[string]*podRunner{}
 	for _, n := range kwokNodes {
-		addAdoptedKwokNode(t, n)
+		runners[n] = addAdoptedKwokNode(t, n)
 	}
 	ns := namespace(t)
 	c := createLocalCluster(t, ns, func(c *slurmv1.SlurmCluster) {
 		c.Spec.LoginSets = nil
+		// Slurm marks a silent node DOWN after SlurmdTimeout (300 s by default).
+		c.Spec.ExtraConfig = "SlurmdTimeout=30"
 		// One NodeSet per node: the runners' pods share the host's network, so each slurmd
 		// listens on a port of its own.
 		c.Spec.NodeSets = nil
@@ -167,7 +173,7 @@ func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 	})
 
 	// The local scheduler tests' scenarios (e2e/stack_test.go), on this Slurm.
-	st := clusterStack(c, kwokNodes)
+	st := clusterStack(c, runners)
 	t.Run("pod is placed by Slurm", func(t *testing.T) { podIsPlacedBySlurm(t, st, namespaceOn(t, st)) })
 	t.Run("job state on the pod", func(t *testing.T) { jobStateOnThePod(t, st, namespaceOn(t, st)) })
 	t.Run("sbatch and pods share nodes", func(t *testing.T) { sbatchJobAndPodShareNodes(t, st, namespaceOn(t, st)) })
@@ -176,4 +182,6 @@ func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 	t.Run("scheduler restart keeps one job per pod", func(t *testing.T) { schedulerRestartKeepsOneJobPerPod(t, st, namespaceOn(t, st)) })
 	t.Run("NotReady node releases its job", func(t *testing.T) { notReadyNodeReleasesItsJob(t, st, namespaceOn(t, st)) })
 	t.Run("exclusive pods queue in Slurm priority order", func(t *testing.T) { exclusivePodsQueueInPriorityOrder(t, st, namespaceOn(t, st)) })
+	t.Run("Slurm node failure ends the pod", func(t *testing.T) { slurmNodeFailureEndsThePod(t, st, namespaceOn(t, st)) })
+	t.Run("node down, drained, not responding", func(t *testing.T) { nodeDownDrainedNotRespondingConditions(t, st) })
 }

@@ -300,12 +300,7 @@ func TestPodGroupOnSlurmCluster(t *testing.T) {
 // clusterSinfoNode is node's compact state and reason in the cluster's Slurm.
 func clusterSinfoNode(t *testing.T, c *slurmv1.SlurmCluster, node string) (state, reason string) {
 	t.Helper()
-	out, ok := slurmCommand(t, c, "/usr/bin/sinfo", "-h", "-N", "-n", node, "-o", "%t|%E")
-	require.True(t, ok, out)
-	// The output is the pod's log: the pod runner's header line, then sinfo's.
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	state, reason, _ = strings.Cut(lines[len(lines)-1], "|")
-	return state, reason
+	return clusterStack(c, nil).sinfoNode(t, node)
 }
 
 // Issue 5, the controller's two-way sync on a Slurm our controller deployed: the release of

@@ -3,9 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
@@ -31,6 +35,69 @@ type stack struct {
 	slurm func(t *testing.T, command string, args ...string) string
 	// restartScheduler restarts the scheduler and returns once it runs again.
 	restartScheduler func(t *testing.T)
+	// loseNode makes node's slurmd stop answering Slurm, with no drain first, and returns
+	// what brings it back (see loseNodeUntilEnd).
+	loseNode func(t *testing.T, node string) (back func())
+}
+
+// loseNodeUntilEnd loses node (stack.loseNode) and returns what brings it back, which also
+// runs at the end of the test if the test has not run it.
+func (st stack) loseNodeUntilEnd(t *testing.T, node string) (back func()) {
+	t.Helper()
+	var once sync.Once
+	restore := st.loseNode(t, node)
+	back = func() { once.Do(restore) }
+	t.Cleanup(back)
+	return back
+}
+
+// sinfoNode is node's compact state ("idle", "drain", "down*", ...) and reason, on sinfo's
+// first line for it.
+func (st stack) sinfoNode(t *testing.T, node string) (state, reason string) {
+	t.Helper()
+	line, _, _ := strings.Cut(st.slurm(t, "sinfo", "-h", "-N", "-n", node, "-o", "%t|%E"), "\n")
+	state, reason, _ = strings.Cut(line, "|")
+	return state, reason
+}
+
+// nodeFlags are node's state flags (DOWN, DRAIN, NOT_RESPONDING, ...).
+func (st stack) nodeFlags(t *testing.T, node string) []string {
+	t.Helper()
+	return stateFlags(t, st.slurm(t, "scontrol", "-o", "show", "node", node))
+}
+
+// waitNodeIdle waits until the Slurm reports node plain idle (no drain, no job).
+func (st stack) waitNodeIdle(t *testing.T, node string) {
+	t.Helper()
+	eventually(t, 60*time.Second, "Slurm node "+node+" idle", func() bool {
+		// One line per partition the node is in: idle in every one.
+		states := strings.Fields(st.slurm(t, "sinfo", "-h", "-n", node, "-o", "%t"))
+		idle := len(states) > 0
+		for _, s := range states {
+			idle = idle && s == "idle"
+		}
+		return idle
+	})
+}
+
+// restoreNodeAtEnd puts node back as the test found it at its end: uncordoned, no drain
+// reason of ours, resumed in Slurm if drained; then every node of the Slurm idle, and no
+// taint of ours on node.
+func (st stack) restoreNodeAtEnd(t *testing.T, node string) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_, err := kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType,
+			fmt.Appendf(nil, `{"spec":{"unschedulable":null},"metadata":{"annotations":{%q:null}}}`, wellknown.DrainReasonAnnotation), metav1.PatchOptions{})
+		require.NoError(t, err)
+		if state, _ := st.sinfoNode(t, node); strings.HasPrefix(state, "drain") {
+			st.slurm(t, "scontrol", "update", "nodename="+node, "state=resume")
+		}
+		for _, n := range st.nodes {
+			st.waitNodeIdle(t, n)
+		}
+		eventually(t, 5*time.Second, "no taint of ours on "+node, func() bool { return !hasSlurmTaint(getNode(t, node)) })
+	})
 }
 
 // jobsNamed lists the Slurm's jobs (any state still on record) whose name starts with prefix.
@@ -73,13 +140,28 @@ func (st stack) jobState(t *testing.T, id string) string {
 // localStack is the local cluster's kubeslurm and Slurm (deploy/local).
 func localStack() stack {
 	return stack{pod: func(*v1.Pod) {}, nodes: nodes, slurm: slurmCmd,
-		restartScheduler: func(t *testing.T) { component(t, "restart", "scheduler") }}
+		restartScheduler: func(t *testing.T) { component(t, "restart", "scheduler") },
+		// The node's slurmd stopped (SIGTERM: slurmd exits without draining its node).
+		loseNode: func(t *testing.T, node string) func() {
+			component(t, "stop", "slurmd-"+node)
+			return func() { component(t, "start", "slurmd-"+node) }
+		}}
 }
 
-// clusterStack is the SlurmCluster c's Slurm, its workers on nodes, with the release of
-// installClusterRelease placing pods through it.
-func clusterStack(c *slurmv1.SlurmCluster, nodes []string) stack {
+// clusterStack is the SlurmCluster c's Slurm, its workers on nodes, each node's pods run by
+// its runner of runners, with the release of installClusterRelease placing pods through it.
+func clusterStack(c *slurmv1.SlurmCluster, runners map[string]*podRunner) stack {
+	nodes := slices.Sorted(maps.Keys(runners))
 	return stack{pod: onCluster, nodes: nodes, restartScheduler: func(t *testing.T) { restartReleaseScheduler(t, c.Namespace) },
+		// The node's machine fails (its runner and every process crash) and later starts
+		// again: its runner, started anew, starts the worker pod's containers again, as a
+		// kubelet does after a reboot.
+		loseNode: func(t *testing.T, node string) func() {
+			r := runners[node]
+			require.NotNil(t, r, "no pod runner of %s", node)
+			r.crash(t)
+			return func() { r.start(t) }
+		},
 		slurm: func(t *testing.T, command string, args ...string) string {
 			t.Helper()
 			out, ok := slurmCommand(t, c, append([]string{"/usr/bin/" + command}, args...)...)
@@ -400,4 +482,59 @@ func mustAtoi(t *testing.T, s string) int32 {
 	n, err := strconv.Atoi(s)
 	require.NoError(t, err, s)
 	return int32(n)
+}
+
+// slurmNodeFailureEndsThePod: the node of a running pod's job stops answering Slurm (no
+// drain first): after SlurmdTimeout Slurm marks it DOWN and ends the job NODE_FAIL, and the
+// pod goes with a SlurmJobNodeFail event. Once the node answers again, Slurm returns it to
+// service (ReturnToService=2) and a new pod is placed there.
+func slurmNodeFailureEndsThePod(t *testing.T, st stack, ns string) {
+	node := st.nodes[len(st.nodes)-1]
+	st.restoreNodeAtEnd(t, node)
+	p := waitBound(t, ns, createPod(t, ns, "lost", st.pod, onlyOnNode(node)).Name, 60*time.Second)
+	id := jobIDOf(t, p)
+	eventually(t, 30*time.Second, "lost Running", func() bool { return getPod(t, ns, "lost").Status.Phase == v1.PodRunning })
+
+	back := st.loseNodeUntilEnd(t, node) // brought back before restoreNodeAtEnd's checks
+	waitGone(t, ns, "lost", 120*time.Second)
+	ev := podEvents(t, p)
+	assert.Contains(t, ev, wellknown.EventSlurmJobNodeFail)
+	assert.Contains(t, ev, "NODE_FAIL")
+	j, ok := st.jobByID(t, id)
+	assert.True(t, !ok || j.State == "NODE_FAIL", "job %d ended NODE_FAIL: %+v", id, j)
+
+	back()
+	st.waitNodeIdle(t, node)
+	again := waitBound(t, ns, createPod(t, ns, "after", st.pod, onlyOnNode(node)).Name, 60*time.Second)
+	assert.NotEqual(t, id, jobIDOf(t, again))
+	require.NoError(t, kube.CoreV1().Pods(ns).Delete(context.Background(), again.Name, metav1.DeleteOptions{}))
+	waitGone(t, ns, again.Name, 60*time.Second)
+}
+
+// nodeDownDrainedNotRespondingConditions: a drained node whose slurmd stops answering goes
+// DOWN+DRAIN+NOT_RESPONDING: exactly three SlurmNode* conditions on the Kubernetes node,
+// each with Slurm's reason, the same on every look, through several kwok heartbeats.
+func nodeDownDrainedNotRespondingConditions(t *testing.T, st stack) {
+	node := st.nodes[len(st.nodes)-2]
+	st.restoreNodeAtEnd(t, node)
+	st.slurm(t, "scontrol", "update", "nodename="+node, "state=drain", "reason=e2e down test")
+	st.loseNodeUntilEnd(t, node) // brought back before restoreNodeAtEnd's checks
+	want := []string{"SlurmNodeDown", wellknown.SlurmNodeDrainedCondition, "SlurmNodeNotResponding"}
+	var first map[string]v1.NodeCondition
+	eventually(t, 90*time.Second, node+" DOWN+DRAIN+NOT_RESPONDING in Kubernetes (SlurmdTimeout is 30 s)", func() bool {
+		first = slurmConditions(getNode(t, node))
+		return slices.Equal(sortedKeys(first), want)
+	})
+	assert.Contains(t, st.nodeFlags(t, node), "DOWN", "Slurm agrees")
+	for _, typ := range want {
+		assert.True(t, strings.HasPrefix(first[typ].Message, "e2e down test"), "%s: %q is Slurm's reason", typ, first[typ].Message)
+	}
+
+	// Twice in a row, and through kwok's heartbeats (every 20-45 s), which patch only
+	// kwok's own conditions: ours are neither wiped nor duplicated.
+	time.Sleep(3 * time.Second)
+	assert.Equal(t, first, slurmConditions(getNode(t, node)), "re-reconciling changes nothing")
+	throughHeartbeats(t, node, 3, "our conditions intact", func(n *v1.Node) {
+		require.Equal(t, first, slurmConditions(n))
+	})
 }
