@@ -81,7 +81,7 @@ func boundCount(t *testing.T, pods []*v1.Pod) int {
 
 // requireOneJobInRankOrder checks that the pods share one running Slurm job whose
 // allocation, in Slurm's order, is exactly the pods' nodes in rank order.
-func requireOneJobInRankOrder(t *testing.T, pods []*v1.Pod) int32 {
+func requireOneJobInRankOrder(t *testing.T, st stack, pods []*v1.Pod) int32 {
 	t.Helper()
 	eventually(t, 30*time.Second, "the controller annotated every member with its rank", func() bool {
 		for i, p := range pods {
@@ -92,8 +92,8 @@ func requireOneJobInRankOrder(t *testing.T, pods []*v1.Pod) int32 {
 		}
 		return true
 	})
-	id := requireOneJobOnTheirNodes(t, pods)
-	job, _ := jobByID(t, id)
+	id := requireOneJobOnTheirNodes(t, st, pods)
+	job, _ := st.jobByID(t, id)
 	require.Equal(t, "RUNNING", job.State)
 	for i, p := range pods {
 		assert.Equal(t, strconv.Itoa(i), p.Annotations[wellknown.JobRankAnnotation], "rank of %s", p.Name)
@@ -104,16 +104,17 @@ func requireOneJobInRankOrder(t *testing.T, pods []*v1.Pod) int32 {
 // requireOneJobOnTheirNodes checks that the pods, given in rank order, share one Slurm job
 // that was allocated exactly their nodes, in that order. It holds after the job ended too
 // (kwok completes a Job's pods a second after they run).
-func requireOneJobOnTheirNodes(t *testing.T, pods []*v1.Pod) int32 {
+func requireOneJobOnTheirNodes(t *testing.T, st stack, pods []*v1.Pod) int32 {
 	t.Helper()
 	id := jobIDOf(t, pods[0])
 	for _, p := range pods {
 		require.Equal(t, id, jobIDOf(t, p), "every member of the group names the same Slurm job")
 	}
-	job, ok := jobByID(t, id)
+	job, ok := st.jobByID(t, id)
 	require.True(t, ok)
 	require.NotEqual(t, "PENDING", job.State)
-	nodes := slurm.ExpandHostlist(job.Nodes)
+	nodes := st.allocation(t, id)
+	require.ElementsMatch(t, slurm.ExpandHostlist(job.Nodes), nodes, "squeue's nodes")
 	require.Len(t, nodes, len(pods), "one node per member: %s", job.Nodes)
 	for i, p := range pods {
 		assert.Equal(t, nodes[i], p.Spec.NodeName, "member %d (%s) runs on node %d of the allocation", i, p.Name, i)
@@ -122,52 +123,11 @@ func requireOneJobOnTheirNodes(t *testing.T, pods []*v1.Pod) int32 {
 }
 
 func TestPodGroupIsOneSlurmJob(t *testing.T) {
-	ns := namespace(t)
-	pods := createPodGroup(t, ns, "train", 3, map[string]string{slurmjob.Annotation("time-limit"): "30"})
-	bound := waitAllBound(t, pods, 60*time.Second)
-	id := requireOneJobInRankOrder(t, bound)
-
-	active := activeJobsNamed(t, ns+"/")
-	require.Len(t, active, 1, "squeue shows ONE job for the group")
-	out := slurmCmd(t, "scontrol", "show", "job", strconv.Itoa(int(id)))
-	assert.Contains(t, out, "NumNodes=3")
-	assert.Contains(t, out, "BatchFlag=0")
-	assert.Contains(t, out, "TimeLimit=00:30:00", "annotations come from the PodGroup")
-
-	// No member was bound before Slurm allocated all three nodes.
-	start := jobStartTime(t, id)
-	for _, p := range bound {
-		c := podConditionOf(p, v1.PodScheduled)
-		require.NotNil(t, c)
-		assert.False(t, c.LastTransitionTime.Time.Before(start), "%s bound at %s, before the job started at %s", p.Name, c.LastTransitionTime, start)
-	}
-
-	pg, err := podGroups(t).SchedulingV1alpha1().PodGroups(ns).Get(context.Background(), "train", metav1.GetOptions{})
-	require.NoError(t, err)
-	assert.Contains(t, objectEvents(t, ns, "PodGroup", "train"), wellknown.EventSlurmJobSubmitted)
-	eventually(t, 60*time.Second, "PodGroup phase Running with its 3 members", func() bool {
-		pg, err = podGroups(t).SchedulingV1alpha1().PodGroups(ns).Get(context.Background(), "train", metav1.GetOptions{})
-		require.NoError(t, err)
-		return pg.Status.Phase == spv1alpha1.PodGroupRunning && pg.Status.Running == 3
-	})
-	assert.Equal(t, strconv.Itoa(int(id)), pg.Annotations[wellknown.JobIDLabel], "kubectl describe podgroup names the Slurm job")
+	podGroupIsOneSlurmJob(t, localStack(), namespace(t))
 }
 
 func TestPodGroupLosingAMemberEndsTheGroup(t *testing.T) {
-	ns := namespace(t)
-	pods := waitAllBound(t, createPodGroup(t, ns, "train", 3, nil), 60*time.Second)
-	id := requireOneJobInRankOrder(t, pods)
-
-	require.NoError(t, kube.CoreV1().Pods(ns).Delete(context.Background(), pods[1].Name, metav1.DeleteOptions{}))
-	for _, p := range pods {
-		waitGone(t, ns, p.Name, 60*time.Second)
-	}
-	eventually(t, 30*time.Second, "the group's Slurm job ended", func() bool {
-		j, ok := jobByID(t, id)
-		return !ok || (j.State != "RUNNING" && j.State != "PENDING")
-	})
-	events := podEventsByName(t, ns, pods[0].Name)
-	assert.Contains(t, events, wellknown.EventSlurmJobGroupMemberEnded)
+	podGroupLosingAMemberEndsTheGroup(t, localStack(), namespace(t))
 }
 
 func TestPodGroupLargerThanSlurmWaitsForANode(t *testing.T) {
@@ -190,13 +150,13 @@ func TestPodGroupLargerThanSlurmWaitsForANode(t *testing.T) {
 	extra := fmt.Sprintf("node-%d", size)
 	addNode(t, extra)
 	bound := waitAllBound(t, pods, 90*time.Second)
-	requireOneJobInRankOrder(t, bound)
+	requireOneJobInRankOrder(t, localStack(), bound)
 }
 
 func TestIndexedJobGangKeepsIndexRankOrder(t *testing.T) {
 	ns := namespace(t)
 	createIndexedGang(t, ns, "indexed", 3)
-	requireOneJobOnTheirNodes(t, waitIndexedJobPods(t, ns, "indexed", 3))
+	requireOneJobOnTheirNodes(t, localStack(), waitIndexedJobPods(t, ns, "indexed", 3))
 	assert.Contains(t, objectEvents(t, ns, "Job", "indexed"), wellknown.EventSlurmJobSubmitted)
 }
 
@@ -262,9 +222,9 @@ func deleteJobAtEnd(t *testing.T, ns, name string) {
 }
 
 // jobStartTime is the job's StartTime as scontrol shows it (local time of the machine).
-func jobStartTime(t *testing.T, id int32) time.Time {
+func jobStartTime(t *testing.T, st stack, id int32) time.Time {
 	t.Helper()
-	out := slurmCmd(t, "scontrol", "show", "job", strconv.Itoa(int(id)))
+	out := st.slurm(t, "scontrol", "show", "job", strconv.Itoa(int(id)))
 	for _, f := range strings.Fields(out) {
 		if v, ok := strings.CutPrefix(f, "StartTime="); ok {
 			ts, err := time.ParseInLocation("2006-01-02T15:04:05", v, time.Local)
@@ -338,7 +298,7 @@ func TestSbatchAndPodGroupCompeteInSlurmPriorityOrder(t *testing.T) {
 			slurmCmd(t, "scancel", strconv.Itoa(int(gate)))
 			if groupFirst {
 				waitAllBound(t, pods, 60*time.Second)
-				requireOneJobInRankOrder(t, pods)
+				requireOneJobInRankOrder(t, localStack(), pods)
 				j, _ := jobByID(t, sb)
 				assert.Equal(t, "PENDING", j.State, "the lower-priority sbatch job waits")
 				return
@@ -400,27 +360,7 @@ func TestPendingGroupsDoNotStarveSmallPods(t *testing.T) {
 
 // Kubernetes' own PodGroup (scheduling.k8s.io/v1alpha2, GenericWorkload) with a gang policy.
 func TestKubernetesPodGroupIsOneSlurmJob(t *testing.T) {
-	ns := namespace(t)
-	pg := &schedulingv1alpha2.PodGroup{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "wl"},
-		Spec: schedulingv1alpha2.PodGroupSpec{SchedulingPolicy: schedulingv1alpha2.PodGroupSchedulingPolicy{
-			Gang: &schedulingv1alpha2.GangSchedulingPolicy{MinCount: 2}}},
-	}
-	_, err := kube.SchedulingV1alpha2().PodGroups(ns).Create(context.Background(), pg, metav1.CreateOptions{})
-	require.NoError(t, err)
-	inGroup := func(p *v1.Pod) { p.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: ptrTo("wl")} }
-	pods := []*v1.Pod{createPod(t, ns, "wl-0", inGroup), createPod(t, ns, "wl-1", inGroup)}
-	requireOneJobInRankOrder(t, waitAllBound(t, pods, 60*time.Second))
-	eventually(t, 30*time.Second, "PodGroupScheduled=True on the PodGroup", func() bool {
-		got, err := kube.SchedulingV1alpha2().PodGroups(ns).Get(context.Background(), "wl", metav1.GetOptions{})
-		require.NoError(t, err)
-		for _, c := range got.Status.Conditions {
-			if c.Type == schedulingv1alpha2.PodGroupScheduled && c.Status == metav1.ConditionTrue {
-				return true
-			}
-		}
-		return false
-	})
+	kubernetesPodGroupIsOneSlurmJob(t, localStack(), namespace(t))
 }
 
 // The examples users start from run as the README says: each is ONE Slurm job with a node
@@ -456,7 +396,84 @@ func TestGroupExamplesRun(t *testing.T) {
 				return p.Name
 			}
 			sort.Slice(bound, func(i, j int) bool { return rank(bound[i]) < rank(bound[j]) })
-			requireOneJobOnTheirNodes(t, bound)
+			requireOneJobOnTheirNodes(t, localStack(), bound)
 		})
 	}
+}
+
+// podGroupIsOneSlurmJob: a scheduler-plugins PodGroup of three is ONE Slurm job of three
+// nodes, its members bound to them in rank order once all three are allocated, with the
+// PodGroup's annotations, its phase and the job id on the PodGroup.
+func podGroupIsOneSlurmJob(t *testing.T, st stack, ns string) {
+	pods := createPodGroup(t, ns, "train", 3, map[string]string{slurmjob.Annotation("time-limit"): "30"}, st.pod)
+	bound := waitAllBound(t, pods, 60*time.Second)
+	id := requireOneJobInRankOrder(t, st, bound)
+
+	active := st.activeJobsNamed(t, ns+"/")
+	require.Len(t, active, 1, "squeue shows ONE job for the group")
+	out := st.slurm(t, "scontrol", "show", "job", strconv.Itoa(int(id)))
+	assert.Contains(t, out, "NumNodes=3")
+	assert.Contains(t, out, "BatchFlag=0")
+	assert.Contains(t, out, "TimeLimit=00:30:00", "annotations come from the PodGroup")
+
+	// No member was bound before Slurm allocated all three nodes.
+	start := jobStartTime(t, st, id)
+	for _, p := range bound {
+		c := podConditionOf(p, v1.PodScheduled)
+		require.NotNil(t, c)
+		assert.False(t, c.LastTransitionTime.Time.Before(start), "%s bound at %s, before the job started at %s", p.Name, c.LastTransitionTime, start)
+	}
+
+	pg, err := podGroups(t).SchedulingV1alpha1().PodGroups(ns).Get(context.Background(), "train", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Contains(t, objectEvents(t, ns, "PodGroup", "train"), wellknown.EventSlurmJobSubmitted)
+	eventually(t, 60*time.Second, "PodGroup phase Running with its 3 members", func() bool {
+		pg, err = podGroups(t).SchedulingV1alpha1().PodGroups(ns).Get(context.Background(), "train", metav1.GetOptions{})
+		require.NoError(t, err)
+		return pg.Status.Phase == spv1alpha1.PodGroupRunning && pg.Status.Running == 3
+	})
+	assert.Equal(t, strconv.Itoa(int(id)), pg.Annotations[wellknown.JobIDLabel], "kubectl describe podgroup names the Slurm job")
+}
+
+// podGroupLosingAMemberEndsTheGroup: deleting one member of a running PodGroup ends the
+// group's Slurm job and its other members, with an event saying so.
+func podGroupLosingAMemberEndsTheGroup(t *testing.T, st stack, ns string) {
+	pods := waitAllBound(t, createPodGroup(t, ns, "train", 3, nil, st.pod), 60*time.Second)
+	id := requireOneJobInRankOrder(t, st, pods)
+
+	require.NoError(t, kube.CoreV1().Pods(ns).Delete(context.Background(), pods[1].Name, metav1.DeleteOptions{}))
+	for _, p := range pods {
+		waitGone(t, ns, p.Name, 60*time.Second)
+	}
+	eventually(t, 30*time.Second, "the group's Slurm job ended", func() bool {
+		j, ok := st.jobByID(t, id)
+		return !ok || (j.State != "RUNNING" && j.State != "PENDING")
+	})
+	events := podEventsByName(t, ns, pods[0].Name)
+	assert.Contains(t, events, wellknown.EventSlurmJobGroupMemberEnded)
+}
+
+// kubernetesPodGroupIsOneSlurmJob: Kubernetes' own PodGroup (scheduling.k8s.io/v1alpha2,
+// GenericWorkload) with a gang policy is ONE Slurm job, and PodGroupScheduled=True.
+func kubernetesPodGroupIsOneSlurmJob(t *testing.T, st stack, ns string) {
+	pg := &schedulingv1alpha2.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "wl"},
+		Spec: schedulingv1alpha2.PodGroupSpec{SchedulingPolicy: schedulingv1alpha2.PodGroupSchedulingPolicy{
+			Gang: &schedulingv1alpha2.GangSchedulingPolicy{MinCount: 2}}},
+	}
+	_, err := kube.SchedulingV1alpha2().PodGroups(ns).Create(context.Background(), pg, metav1.CreateOptions{})
+	require.NoError(t, err)
+	inGroup := func(p *v1.Pod) { p.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: ptrTo("wl")} }
+	pods := []*v1.Pod{createPod(t, ns, "wl-0", st.pod, inGroup), createPod(t, ns, "wl-1", st.pod, inGroup)}
+	requireOneJobInRankOrder(t, st, waitAllBound(t, pods, 60*time.Second))
+	eventually(t, 30*time.Second, "PodGroupScheduled=True on the PodGroup", func() bool {
+		got, err := kube.SchedulingV1alpha2().PodGroups(ns).Get(context.Background(), "wl", metav1.GetOptions{})
+		require.NoError(t, err)
+		for _, c := range got.Status.Conditions {
+			if c.Type == schedulingv1alpha2.PodGroupScheduled && c.Status == metav1.ConditionTrue {
+				return true
+			}
+		}
+		return false
+	})
 }

@@ -38,3 +38,9 @@ func TestBadInputGetsAnEventAndNoJob(t *testing.T) {
 func TestSchedulerRestartKeepsOneJobPerPod(t *testing.T) {
 	schedulerRestartKeepsOneJobPerPod(t, localStack(), namespace(t))
 }
+
+// Pods without a memory request share a node: Slurm's DefMemPerCPU, not the whole node's
+// memory, is what their jobs hold.
+func TestPodsWithoutMemoryRequestShareANode(t *testing.T) {
+	podsWithoutMemoryRequestShareANode(t, localStack(), namespace(t))
+}

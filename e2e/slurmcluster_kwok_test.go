@@ -98,14 +98,19 @@ func createIndexedGang(t *testing.T, ns, name string, n int32, opts ...podOpt) {
 // TestPodIsPlacedBySlurm, TestJobStateOnThePod, TestSbatchJobAndPodShareNodes,
 // TestPodAndJobEndTogether, TestBadInputGetsAnEventAndNoJob,
 // TestSchedulerRestartKeepsOneJobPerPod, TestNotReadyNodeReleasesItsJob,
-// TestExclusivePodsQueueInSlurmPriorityOrder, TestSlurmNodeFailureEndsThePod and
-// TestNodeDownDrainedNotRespondingConditions then run on that Slurm too; in the last two a
+// TestExclusivePodsQueueInSlurmPriorityOrder, TestPodGroupIsOneSlurmJob,
+// TestPodGroupLosingAMemberEndsTheGroup, TestKubernetesPodGroupIsOneSlurmJob,
+// TestPodsWithoutMemoryRequestShareANode, TestJobSetIsOneSlurmJob,
+// TestLeaderWorkerSetGroupsAreSlurmJobs,
+// TestSlurmNodeFailureEndsThePod and TestNodeDownDrainedNotRespondingConditions then run
+// on that Slurm too; in the last two a
 // node's machine fails (its runner and all the processes it started killed at once, so no
 // worker drains) and comes back (a new runner starts the worker pod's containers again).
 func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 	ctx := context.Background()
 	startPodRunner(t) // slurmctld and slurmrestd, on the runner's own node
-	kwokNodes := []string{"kwok-worker-1", "kwok-worker-2", "kwok-worker-3"}
+	// Four: the LeaderWorkerSet scenario's two groups take two whole nodes each.
+	kwokNodes := []string{"kwok-worker-1", "kwok-worker-2", "kwok-worker-3", "kwok-worker-4"}
 	runners := map[string]*podRunner{}
 	for _, n := range kwokNodes {
 		runners[n] = addAdoptedKwokNode(t, n)
@@ -182,6 +187,12 @@ func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 	t.Run("scheduler restart keeps one job per pod", func(t *testing.T) { schedulerRestartKeepsOneJobPerPod(t, st, namespaceOn(t, st)) })
 	t.Run("NotReady node releases its job", func(t *testing.T) { notReadyNodeReleasesItsJob(t, st, namespaceOn(t, st)) })
 	t.Run("exclusive pods queue in Slurm priority order", func(t *testing.T) { exclusivePodsQueueInPriorityOrder(t, st, namespaceOn(t, st)) })
+	t.Run("pods without a memory request share a node", func(t *testing.T) { podsWithoutMemoryRequestShareANode(t, st, namespaceOn(t, st)) })
+	t.Run("PodGroup is one Slurm job", func(t *testing.T) { podGroupIsOneSlurmJob(t, st, namespaceOn(t, st)) })
+	t.Run("PodGroup losing a member ends the group", func(t *testing.T) { podGroupLosingAMemberEndsTheGroup(t, st, namespaceOn(t, st)) })
+	t.Run("Kubernetes PodGroup is one Slurm job", func(t *testing.T) { kubernetesPodGroupIsOneSlurmJob(t, st, namespaceOn(t, st)) })
+	t.Run("JobSet is one Slurm job", func(t *testing.T) { jobSetIsOneSlurmJob(t, st, namespaceOn(t, st)) })
+	t.Run("LeaderWorkerSet groups are Slurm jobs", func(t *testing.T) { leaderWorkerSetGroupsAreSlurmJobs(t, st, namespaceOn(t, st)) })
 	t.Run("Slurm node failure ends the pod", func(t *testing.T) { slurmNodeFailureEndsThePod(t, st, namespaceOn(t, st)) })
 	t.Run("node down, drained, not responding", func(t *testing.T) { nodeDownDrainedNotRespondingConditions(t, st) })
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -28,6 +29,8 @@ import (
 type stack struct {
 	// pod makes a test pod the stack's: its schedulerName, and an image its nodes run.
 	pod podOpt
+	// scheduler is the schedulerName of the stack's scheduler.
+	scheduler string
 	// nodes are the Kubernetes nodes the Slurm has workers on, all the test's.
 	nodes []string
 	// slurm runs one of Slurm's commands (sbatch, scancel, scontrol, ...) against the Slurm
@@ -49,6 +52,42 @@ func (st stack) loseNodeUntilEnd(t *testing.T, node string) (back func()) {
 	back = func() { once.Do(restore) }
 	t.Cleanup(back)
 	return back
+}
+
+// applyExample applies examples/<file> in ns with the stack's schedulerName for the local
+// kubeslurm's, deleting it at the test's end.
+func (st stack) applyExample(t *testing.T, ns, file string) {
+	t.Helper()
+	applyEditedExample(t, ns, file, func(example string) string {
+		return strings.ReplaceAll(example, "schedulerName: "+wellknown.SchedulerName, "schedulerName: "+st.scheduler)
+	})
+}
+
+// allocation is the nodes the Slurm allocated job id, in its rank order: the order of the
+// job's resources, the SLURM_NODEID order in which kubeslurm binds a group's members.
+// (squeue's and scontrol's NodeList are sorted by name, which is that order only when the
+// nodes joined Slurm in name order.)
+func (st stack) allocation(t *testing.T, id int32) []string {
+	t.Helper()
+	out := st.slurm(t, "scontrol", "--json", "show", "job", strconv.Itoa(int(id)))
+	var shown struct {
+		Jobs []struct {
+			JobResources struct {
+				Nodes struct {
+					Allocation []struct {
+						Name string `json:"name"`
+					} `json:"allocation"`
+				} `json:"nodes"`
+			} `json:"job_resources"`
+		} `json:"jobs"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out[strings.IndexByte(out, '{'):]), &shown), out)
+	require.Len(t, shown.Jobs, 1, out)
+	var nodes []string
+	for _, n := range shown.Jobs[0].JobResources.Nodes.Allocation {
+		nodes = append(nodes, n.Name)
+	}
+	return nodes
 }
 
 // sinfoNode is node's compact state ("idle", "drain", "down*", ...) and reason, on sinfo's
@@ -139,7 +178,7 @@ func (st stack) jobState(t *testing.T, id string) string {
 
 // localStack is the local cluster's kubeslurm and Slurm (deploy/local).
 func localStack() stack {
-	return stack{pod: func(*v1.Pod) {}, nodes: nodes, slurm: slurmCmd,
+	return stack{pod: func(*v1.Pod) {}, scheduler: wellknown.SchedulerName, nodes: nodes, slurm: slurmCmd,
 		restartScheduler: func(t *testing.T) { component(t, "restart", "scheduler") },
 		// The node's slurmd stopped (SIGTERM: slurmd exits without draining its node).
 		loseNode: func(t *testing.T, node string) func() {
@@ -152,7 +191,7 @@ func localStack() stack {
 // its runner of runners, with the release of installClusterRelease placing pods through it.
 func clusterStack(c *slurmv1.SlurmCluster, runners map[string]*podRunner) stack {
 	nodes := slices.Sorted(maps.Keys(runners))
-	return stack{pod: onCluster, nodes: nodes, restartScheduler: func(t *testing.T) { restartReleaseScheduler(t, c.Namespace) },
+	return stack{pod: onCluster, scheduler: clusterScheduler, nodes: nodes, restartScheduler: func(t *testing.T) { restartReleaseScheduler(t, c.Namespace) },
 		// The node's machine fails (its runner and every process crash) and later starts
 		// again: its runner, started anew, starts the worker pod's containers again, as a
 		// kubelet does after a reboot.
@@ -537,4 +576,24 @@ func nodeDownDrainedNotRespondingConditions(t *testing.T, st stack) {
 	throughHeartbeats(t, node, 3, "our conditions intact", func(n *v1.Node) {
 		require.Equal(t, first, slurmConditions(n))
 	})
+}
+
+// podsWithoutMemoryRequestShareANode: two pods of one CPU and no memory request run on one
+// node at once. Their jobs get Slurm's default memory per CPU (DefMemPerCPU); without one,
+// each would hold all of the node's memory (CR_Core_Memory) and the second would wait.
+func podsWithoutMemoryRequestShareANode(t *testing.T, st stack, ns string) {
+	node := st.nodes[0]
+	noMemory := func(p *v1.Pod) { delete(p.Spec.Containers[0].Resources.Requests, v1.ResourceMemory) }
+	var ids []string
+	for _, name := range []string{"first", "second"} {
+		p := waitBound(t, ns, createPod(t, ns, name, st.pod, noMemory, onlyOnNode(node)).Name, 60*time.Second)
+		require.Equal(t, node, p.Spec.NodeName)
+		ids = append(ids, strconv.Itoa(int(jobIDOf(t, p))))
+	}
+	for _, id := range ids {
+		show := st.slurm(t, "scontrol", "show", "job", "-o", id)
+		assert.Equal(t, "RUNNING", regexpField(show, "JobState"), show)
+		assert.Equal(t, node, regexpField(show, "NodeList"), show)
+		t.Logf("job %s: MinMemoryCPU=%s", id, regexpField(show, "MinMemoryCPU"))
+	}
 }

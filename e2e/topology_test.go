@@ -111,7 +111,7 @@ func TestTopologyBlocksFromCliqueLabels(t *testing.T) {
 	waitJobState(t, blocker, "RUNNING")
 	pods := createPodGroup(t, ns, "nvl", 4, nil)
 	bound := waitAllBound(t, pods, 90*time.Second)
-	id := requireOneJobOnTheirNodes(t, bound)
+	id := requireOneJobOnTheirNodes(t, localStack(), bound)
 	var on []string
 	for _, p := range bound {
 		on = append(on, p.Spec.NodeName)

@@ -91,24 +91,7 @@ func sortByIndices(pods []*v1.Pod, keys ...string) {
 }
 
 func TestJobSetIsOneSlurmJob(t *testing.T) {
-	ns := namespace(t)
-	applyExample(t, ns, "jobset.yaml")
-	pods := waitPods(t, ns, workload.JobSetNameLabel+"=train", 3)
-	bound := waitAllBound(t, pods, 60*time.Second)
-	// Rank order: the job's global index (driver first), then the completion index.
-	sortByIndices(bound, workload.JobSetIndexLabel, batchv1.JobCompletionIndexAnnotation)
-	assert.Equal(t, "driver", bound[0].Labels[jobsetv1alpha2.ReplicatedJobNameKey], "the driver is rank 0")
-	id := requireOneJobOnTheirNodes(t, bound)
-
-	// kubectl describe jobset: the job id on the JobSet, and an event naming the job.
-	eventually(t, 30*time.Second, "the JobSet carries its Slurm job id", func() bool {
-		js, err := jobSets(t).JobsetV1alpha2().JobSets(ns).Get(context.Background(), "train", metav1.GetOptions{})
-		require.NoError(t, err)
-		return js.Annotations[wellknown.JobIDLabel] == strconv.Itoa(int(id))
-	})
-	eventually(t, 30*time.Second, "an event on the JobSet names the job", func() bool {
-		return strings.Contains(objectEvents(t, ns, workload.KindJobSet, "train"), strconv.Itoa(int(id)))
-	})
+	jobSetIsOneSlurmJob(t, localStack(), namespace(t))
 }
 
 func TestJobSetThatCannotStartAtOnceIsRefusedWithAnEvent(t *testing.T) {
@@ -143,24 +126,7 @@ func TestJobSetThatCannotStartAtOnceIsRefusedWithAnEvent(t *testing.T) {
 }
 
 func TestLeaderWorkerSetGroupsAreSlurmJobs(t *testing.T) {
-	ns := namespace(t)
-	applyExample(t, ns, "leaderworkerset.yaml")
-	pods := waitPods(t, ns, workload.LWSNameLabel+"=serve", 4)
-	bound := waitAllBound(t, pods, 60*time.Second)
-	byGroup := map[string][]*v1.Pod{}
-	for _, p := range bound {
-		g := p.Labels[workload.LWSGroupIndexLabel]
-		byGroup[g] = append(byGroup[g], p)
-	}
-	require.Len(t, byGroup, 2, "two LWS replicas")
-	ids := map[int32]bool{}
-	for g, members := range byGroup {
-		require.Len(t, members, 2, "group %s: a leader and a worker", g)
-		sortByIndices(members, workload.LWSWorkerIndexLabel)
-		assert.Equal(t, "0", members[0].Labels[workload.LWSWorkerIndexLabel], "group %s: the leader is rank 0", g)
-		ids[requireOneJobInRankOrder(t, members)] = true
-	}
-	assert.Len(t, ids, 2, "one Slurm job per LWS group")
+	leaderWorkerSetGroupsAreSlurmJobs(t, localStack(), namespace(t))
 }
 
 func TestWebhookValidatesJobSetsAndLeaderWorkerSets(t *testing.T) {
@@ -213,4 +179,48 @@ func kubectlStdin(stdin string, args ...string) (string, error) {
 	cmd.Stdin = strings.NewReader(stdin)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// jobSetIsOneSlurmJob: the JobSet of examples/jobset.yaml (a driver and two workers) is ONE
+// Slurm job, the driver rank 0; the JobSet carries the job id, with an event naming it.
+func jobSetIsOneSlurmJob(t *testing.T, st stack, ns string) {
+	st.applyExample(t, ns, "jobset.yaml")
+	pods := waitPods(t, ns, workload.JobSetNameLabel+"=train", 3)
+	bound := waitAllBound(t, pods, 60*time.Second)
+	// Rank order: the job's global index (driver first), then the completion index.
+	sortByIndices(bound, workload.JobSetIndexLabel, batchv1.JobCompletionIndexAnnotation)
+	assert.Equal(t, "driver", bound[0].Labels[jobsetv1alpha2.ReplicatedJobNameKey], "the driver is rank 0")
+	id := requireOneJobOnTheirNodes(t, st, bound)
+
+	// kubectl describe jobset: the job id on the JobSet, and an event naming the job.
+	eventually(t, 30*time.Second, "the JobSet carries its Slurm job id", func() bool {
+		js, err := jobSets(t).JobsetV1alpha2().JobSets(ns).Get(context.Background(), "train", metav1.GetOptions{})
+		require.NoError(t, err)
+		return js.Annotations[wellknown.JobIDLabel] == strconv.Itoa(int(id))
+	})
+	eventually(t, 30*time.Second, "an event on the JobSet names the job", func() bool {
+		return strings.Contains(objectEvents(t, ns, workload.KindJobSet, "train"), strconv.Itoa(int(id)))
+	})
+}
+
+// leaderWorkerSetGroupsAreSlurmJobs: each group (a leader and a worker) of the
+// LeaderWorkerSet of examples/leaderworkerset.yaml is ONE Slurm job, the leader rank 0.
+func leaderWorkerSetGroupsAreSlurmJobs(t *testing.T, st stack, ns string) {
+	st.applyExample(t, ns, "leaderworkerset.yaml")
+	pods := waitPods(t, ns, workload.LWSNameLabel+"=serve", 4)
+	bound := waitAllBound(t, pods, 60*time.Second)
+	byGroup := map[string][]*v1.Pod{}
+	for _, p := range bound {
+		g := p.Labels[workload.LWSGroupIndexLabel]
+		byGroup[g] = append(byGroup[g], p)
+	}
+	require.Len(t, byGroup, 2, "two LWS replicas")
+	ids := map[int32]bool{}
+	for g, members := range byGroup {
+		require.Len(t, members, 2, "group %s: a leader and a worker", g)
+		sortByIndices(members, workload.LWSWorkerIndexLabel)
+		assert.Equal(t, "0", members[0].Labels[workload.LWSWorkerIndexLabel], "group %s: the leader is rank 0", g)
+		ids[requireOneJobInRankOrder(t, st, members)] = true
+	}
+	assert.Len(t, ids, 2, "one Slurm job per LWS group")
 }

@@ -64,6 +64,16 @@ type SlurmClusterSpec struct {
 	// +optional
 	ProcessTracking ProcessTracking `json:"processTracking,omitempty"`
 
+	// DefMemPerCPU is slurm.conf's DefMemPerCPU, in MiB: the memory a job that asks for
+	// none gets per CPU it is allocated (a pod with no memory request, an sbatch job without
+	// --mem). Slurm (SelectTypeParameters=CR_Core_Memory) would otherwise give such a job all
+	// of each node's memory, so no other job could share its nodes. 0 leaves it out; so does
+	// a DefMemPerCPU, DefMemPerNode or DefMemPerGPU line of extraConfig, which replaces it.
+	// +kubebuilder:default=1024
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	DefMemPerCPU *int64 `json:"defMemPerCPU,omitempty"`
+
 	// ExtraConfig is appended to slurm.conf: one `Key=Value [Key=Value...]` line per line.
 	// Each line is validated (docs/slurm-cluster.md, "Extra configuration"): keys kubeslurm
 	// owns are refused, and no value can start another line or key.

@@ -425,6 +425,11 @@ func (in *SlurmClusterSpec) DeepCopyInto(out *SlurmClusterSpec) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.DefMemPerCPU != nil {
+		in, out := &in.DefMemPerCPU, &out.DefMemPerCPU
+		*out = new(int64)
+		**out = **in
+	}
 	if in.Topology != nil {
 		in, out := &in.Topology, &out.Topology
 		*out = new(TopologySpec)

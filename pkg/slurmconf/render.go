@@ -289,6 +289,10 @@ func renderSlurmConf(c *slurmv1.SlurmCluster, o options) string {
 	line("ReturnToService=2")
 	line("SelectType=select/cons_tres")
 	line("SelectTypeParameters=CR_Core_Memory")
+	if mem := defMemPerCPU(c); mem > 0 {
+		line("# A job that asks for no memory gets this much per CPU, not all of each node's.")
+		line("DefMemPerCPU=%d", mem)
+	}
 	if c.Spec.ProcessTracking == slurmv1.ProcessTrackingLinuxProc {
 		line("ProctrackType=proctrack/linuxproc")
 		line("TaskPlugin=task/affinity")
@@ -333,6 +337,24 @@ func renderSlurmConf(c *slurmv1.SlurmCluster, o options) string {
 		line("%s", extra)
 	}
 	return b.String()
+}
+
+// DefaultDefMemPerCPU is spec.defMemPerCPU's default, in MiB.
+const DefaultDefMemPerCPU = 1024
+
+// defaultMemoryKeys are the slurm.conf keys of a job's default memory; Slurm takes one.
+var defaultMemoryKeys = keySet("DefMemPerCPU", "DefMemPerNode", "DefMemPerGPU")
+
+// defMemPerCPU is the DefMemPerCPU line's value, 0 for none: spec.defMemPerCPU (its
+// default when unset), unless extraConfig gives the default memory itself.
+func defMemPerCPU(c *slurmv1.SlurmCluster) int64 {
+	if setsAnyKey(c.Spec.ExtraConfig, defaultMemoryKeys) {
+		return 0
+	}
+	if v := c.Spec.DefMemPerCPU; v != nil {
+		return *v
+	}
+	return DefaultDefMemPerCPU
 }
 
 func partitionLine(p slurmv1.PartitionSpec) string {

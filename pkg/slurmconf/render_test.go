@@ -240,6 +240,39 @@ func TestRenderSwitchType(t *testing.T) {
 	}
 }
 
+// A job that asks for no memory gets spec.defMemPerCPU per CPU (1024 MiB when unset), not
+// all of each node's memory: none with 0, or when extraConfig gives the default memory
+// itself (a comment does not).
+func TestRenderDefMemPerCPU(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		mem   *int64
+		extra string
+		want  string // the DefMemPerCPU line kubeslurm writes, "" for none
+	}{
+		{name: "unset", want: "DefMemPerCPU=1024"},
+		{name: "set", mem: ptr[int64](4096), want: "DefMemPerCPU=4096"},
+		{name: "zero", mem: ptr[int64](0)},
+		{name: "extraConfig DefMemPerNode", mem: ptr[int64](4096), extra: "DefMemPerNode=65536"},
+		{name: "extraConfig DefMemPerGPU among others", extra: "MaxJobCount=5000 defmempergpu=16384"},
+		{name: "extraConfig DefMemPerCPU", mem: ptr[int64](4096), extra: "DefMemPerCPU=2048"},
+		{name: "commented out", extra: "# DefMemPerNode=65536", want: "DefMemPerCPU=1024"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			files, err := Render(cluster(slurmv1.SlurmClusterSpec{DefMemPerCPU: tc.mem, ExtraConfig: tc.extra}))
+			require.NoError(t, err)
+			conf := files[SlurmConfFile]
+			ours, _, _ := strings.Cut(conf, "# spec.extraConfig")
+			if tc.want == "" {
+				assert.NotContains(t, ours, "DefMemPerCPU=")
+			} else {
+				assert.Contains(t, ours, "\n"+tc.want+"\n")
+			}
+			assert.Contains(t, conf, tc.extra, "extraConfig kept as written")
+		})
+	}
+}
+
 // slurmdbd.conf comes with spec.accounting only, never holds a password, and follows the
 // spec's port and database.
 func TestRenderSlurmdbdConf(t *testing.T) {

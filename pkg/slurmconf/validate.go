@@ -112,6 +112,23 @@ func validateLines(text string, reserved map[string]bool) error {
 	return nil
 }
 
+// setsAnyKey: some Key=Value of the extra configuration text (as validateLines reads it)
+// has one of keys (lower case, as keySet makes them).
+func setsAnyKey(text string, keys map[string]bool) bool {
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		for _, tok := range strings.Fields(line) {
+			if k, _, ok := strings.Cut(tok, "="); ok && keys[strings.ToLower(k)] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func validateLine(line string, reserved map[string]bool) error {
 	for _, tok := range strings.Fields(line) {
 		k, v, ok := strings.Cut(tok, "=")
