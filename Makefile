@@ -60,7 +60,7 @@ unit: helm
 
 ## e2e: end-to-end tests on the local cluster (brings it up if needed)
 e2e: up
-	$(GO) test -count=1 -timeout 40m -v ./e2e/...
+	$(GO) test -count=1 -timeout 70m -v ./e2e/...
 
 ## test: everything, unit to end-to-end; the cluster is taken down afterwards
 test: unit
