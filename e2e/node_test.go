@@ -288,7 +288,7 @@ func TestNodeControllerRestartKeepsDrainAndJob(t *testing.T) {
 }
 
 // slurmDrain is the Slurm node's reason, who set it and when ("reason|user|time").
-func slurmDrain(t *testing.T, node string) string { return sinfoLine(t, node, "%E|%u|%H") }
+func slurmDrain(t *testing.T, node string) string { return localStack().sinfoLine(t, node, "%E|%u|%H") }
 
 // setNodeCondition sets one condition on the node through the status subresource, as a
 // node health check does (a strategic merge by type: the other conditions stay).
@@ -398,17 +398,9 @@ func recreateNode(t *testing.T, saved *v1.Node) {
 	}
 }
 
-// sinfoNode returns sinfo's compact state ("idle", "drain", "down*", ...) and reason. sinfo
-// prints a line per partition of the node, all alike: the first one says it.
+// sinfoNode is the local Slurm's stack.sinfoNode.
 func sinfoNode(t *testing.T, node string) (state, reason string) {
 	return localStack().sinfoNode(t, node)
-}
-
-// sinfoLine is sinfo's first line for the node in the given -o format.
-func sinfoLine(t *testing.T, node, format string) string {
-	t.Helper()
-	line, _, _ := strings.Cut(slurmCmd(t, "sinfo", "-h", "-N", "-n", node, "-o", format), "\n")
-	return line
 }
 
 var stateRE = regexp.MustCompile(`(?:^| )State=(\S+)`)

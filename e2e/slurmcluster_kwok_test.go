@@ -101,9 +101,8 @@ func createIndexedGang(t *testing.T, ns, name string, n int32, opts ...podOpt) {
 // TestExclusivePodsQueueInSlurmPriorityOrder, TestPodGroupIsOneSlurmJob,
 // TestPodGroupLosingAMemberEndsTheGroup, TestKubernetesPodGroupIsOneSlurmJob,
 // TestPodsWithoutMemoryRequestShareANode, TestJobSetIsOneSlurmJob,
-// TestLeaderWorkerSetGroupsAreSlurmJobs,
-// TestSlurmNodeFailureEndsThePod and TestNodeDownDrainedNotRespondingConditions then run
-// on that Slurm too; in the last two a
+// TestLeaderWorkerSetGroupsAreSlurmJobs, TestSlurmNodeFailureEndsThePod and
+// TestNodeDownDrainedNotRespondingConditions then run on that Slurm too. In the last two a
 // node's machine fails (its runner and all the processes it started killed at once, so no
 // worker drains) and comes back (a new runner starts the worker pod's containers again).
 func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {

@@ -90,13 +90,19 @@ func (st stack) allocation(t *testing.T, id int32) []string {
 	return nodes
 }
 
-// sinfoNode is node's compact state ("idle", "drain", "down*", ...) and reason, on sinfo's
-// first line for it.
+// sinfoNode is node's compact state ("idle", "drain", "down*", ...) and reason. sinfo
+// prints a line per partition of the node, all alike: the first one says it.
 func (st stack) sinfoNode(t *testing.T, node string) (state, reason string) {
 	t.Helper()
-	line, _, _ := strings.Cut(st.slurm(t, "sinfo", "-h", "-N", "-n", node, "-o", "%t|%E"), "\n")
-	state, reason, _ = strings.Cut(line, "|")
+	state, reason, _ = strings.Cut(st.sinfoLine(t, node, "%t|%E"), "|")
 	return state, reason
+}
+
+// sinfoLine is sinfo's first line for the node in the given -o format.
+func (st stack) sinfoLine(t *testing.T, node, format string) string {
+	t.Helper()
+	line, _, _ := strings.Cut(st.slurm(t, "sinfo", "-h", "-N", "-n", node, "-o", format), "\n")
+	return line
 }
 
 // nodeFlags are node's state flags (DOWN, DRAIN, NOT_RESPONDING, ...).

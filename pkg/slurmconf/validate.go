@@ -2,6 +2,7 @@ package slurmconf
 
 import (
 	"fmt"
+	"iter"
 	"regexp"
 	"strings"
 )
@@ -100,11 +101,7 @@ func validateLines(text string, reserved map[string]bool) error {
 			return fmt.Errorf("extra config holds control character %U", r)
 		}
 	}
-	for i, line := range strings.Split(text, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") && !strings.HasSuffix(line, "\\") {
-			continue
-		}
+	for i, line := range settingLines(text) {
 		if err := validateLine(line, reserved); err != nil {
 			return fmt.Errorf("extra config line %d: %w", i+1, err)
 		}
@@ -112,14 +109,27 @@ func validateLines(text string, reserved map[string]bool) error {
 	return nil
 }
 
+// settingLines yields the lines of extra configuration that hold settings, trimmed, with
+// their index: not blank lines, nor whole-line comments (a comment ending in a backslash
+// would continue onto the next line, so it counts as a setting line and fails validation).
+func settingLines(text string) iter.Seq2[int, string] {
+	return func(yield func(int, string) bool) {
+		for i, line := range strings.Split(text, "\n") {
+			line = strings.TrimSpace(line)
+			if line == "" || strings.HasPrefix(line, "#") && !strings.HasSuffix(line, "\\") {
+				continue
+			}
+			if !yield(i, line) {
+				return
+			}
+		}
+	}
+}
+
 // setsAnyKey: some Key=Value of the extra configuration text (as validateLines reads it)
 // has one of keys (lower case, as keySet makes them).
 func setsAnyKey(text string, keys map[string]bool) bool {
-	for _, line := range strings.Split(text, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
+	for _, line := range settingLines(text) {
 		for _, tok := range strings.Fields(line) {
 			if k, _, ok := strings.Cut(tok, "="); ok && keys[strings.ToLower(k)] {
 				return true
