@@ -187,55 +187,7 @@ const gpuCondition v1.NodeConditionType = "GPUUnhealthy"
 // while it is True, through kwok's heartbeats; a cordon meanwhile adds its cause, and its
 // uncordon leaves the condition's drain; False, or the condition gone, undrains.
 func TestNodeUnhealthyConditionDrainsInSlurm(t *testing.T) {
-	node := nodes[1]
-	restoreNodeAtEnd(t, node)
-	t.Cleanup(func() { removeNodeCondition(t, node, gpuCondition) }) // runs before restoreNodeAtEnd's
-	ours := wellknown.ReasonPrefix + "node " + node + " "
-	const cause = "condition GPUUnhealthy is True (XidError: e2e: GPU 0 fell off the bus)"
-	drainedFor := func(want string) func() bool {
-		return func() bool {
-			state, reason := sinfoNode(t, node)
-			return strings.HasPrefix(state, "drain") && reason == want
-		}
-	}
-	undrained := func() bool {
-		state, _ := sinfoNode(t, node)
-		return !strings.HasPrefix(state, "drain")
-	}
-	unhealthy := v1.NodeCondition{Type: gpuCondition, Status: v1.ConditionTrue, Reason: "XidError", Message: "e2e: GPU 0 fell off the bus"}
-
-	setNodeCondition(t, node, unhealthy)
-	eventually(t, 2*time.Second, "sinfo shows "+node+" drained for the condition", drainedFor(ours+cause))
-	eventually(t, 2*time.Second, "taint on "+node, func() bool { return hasSlurmTaint(getNode(t, node)) })
-	assert.Contains(t, nodeEvents(t, node), wellknown.EventDrainedInSlurm+": Drained Slurm node "+node)
-
-	// kwok's heartbeat patches only its own conditions: the health check's stays, and so
-	// does the drain.
-	throughHeartbeats(t, node, 1, "GPUUnhealthy True and the drain kept", func(n *v1.Node) {
-		c := nodeConditionOf(n, gpuCondition)
-		require.True(t, c != nil && c.Status == v1.ConditionTrue, "GPUUnhealthy on %s: %+v", node, c)
-		require.True(t, drainedFor(ours+cause)(), "drained for the condition")
-	})
-
-	nodeKubectl(t, "cordon", node)
-	eventually(t, 2*time.Second, "both causes in the reason", drainedFor(ours+"cordoned in Kubernetes; "+cause))
-	nodeKubectl(t, "uncordon", node)
-	eventually(t, 2*time.Second, "the condition's drain left after uncordon", drainedFor(ours+cause))
-	consistently(t, 2*time.Second, "still drained for the condition", drainedFor(ours+cause))
-
-	healthy := unhealthy
-	healthy.Status, healthy.Reason, healthy.Message = v1.ConditionFalse, "GPUHealthy", "e2e: all GPUs fine"
-	setNodeCondition(t, node, healthy)
-	eventually(t, 2*time.Second, node+" undrained once the condition is False", undrained)
-	waitSlurmNodeIdle(t, node)
-	eventually(t, 2*time.Second, "taint gone from "+node, func() bool { return !hasSlurmTaint(getNode(t, node)) })
-
-	// A health check that removes its condition instead of setting it False.
-	setNodeCondition(t, node, unhealthy)
-	eventually(t, 2*time.Second, "drained again", drainedFor(ours+cause))
-	removeNodeCondition(t, node, gpuCondition)
-	eventually(t, 2*time.Second, node+" undrained once the condition is gone", undrained)
-	assert.Contains(t, nodeEvents(t, node), wellknown.EventUndrainedInSlurm)
+	nodeUnhealthyConditionDrainsInSlurm(t, localStack())
 }
 
 // 6. A controller restart neither drains twice nor loses an undrain: a cordoned node

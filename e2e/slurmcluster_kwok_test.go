@@ -101,10 +101,13 @@ func createIndexedGang(t *testing.T, ns, name string, n int32, opts ...podOpt) {
 // TestExclusivePodsQueueInSlurmPriorityOrder, TestPodGroupIsOneSlurmJob,
 // TestPodGroupLosingAMemberEndsTheGroup, TestKubernetesPodGroupIsOneSlurmJob,
 // TestPodsWithoutMemoryRequestShareANode, TestJobSetIsOneSlurmJob,
-// TestLeaderWorkerSetGroupsAreSlurmJobs, TestSlurmNodeFailureEndsThePod and
-// TestNodeDownDrainedNotRespondingConditions then run on that Slurm too. In the last two a
-// node's machine fails (its runner and all the processes it started killed at once, so no
-// worker drains) and comes back (a new runner starts the worker pod's containers again).
+// TestLeaderWorkerSetGroupsAreSlurmJobs, TestSlurmNodeFailureEndsThePod,
+// TestNodeDownDrainedNotRespondingConditions, TestDrainWaitsForTheSlurmJob (here the node's
+// worker pod is drained too), TestNodeUnhealthyConditionDrainsInSlurm and
+// TestSlurmrestdOutageIsHarmless (spec.restApi.replicas 0 for a minute) then run on that
+// Slurm too. In the node failure scenarios a node's machine
+// fails (its runner and all the processes it started killed at once, so no worker drains)
+// and comes back (a new runner starts the worker pod's containers again).
 func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 	ctx := context.Background()
 	startPodRunner(t) // slurmctld and slurmrestd, on the runner's own node
@@ -194,4 +197,7 @@ func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 	t.Run("LeaderWorkerSet groups are Slurm jobs", func(t *testing.T) { leaderWorkerSetGroupsAreSlurmJobs(t, st, namespaceOn(t, st)) })
 	t.Run("Slurm node failure ends the pod", func(t *testing.T) { slurmNodeFailureEndsThePod(t, st, namespaceOn(t, st)) })
 	t.Run("node down, drained, not responding", func(t *testing.T) { nodeDownDrainedNotRespondingConditions(t, st) })
+	t.Run("drain waits for the Slurm job", func(t *testing.T) { drainWaitsForTheSlurmJob(t, st, namespaceOn(t, st)) })
+	t.Run("node unhealthy condition drains in Slurm", func(t *testing.T) { nodeUnhealthyConditionDrainsInSlurm(t, st) })
+	t.Run("slurmrestd outage is harmless", func(t *testing.T) { slurmrestdOutageIsHarmless(t, st, namespaceOn(t, st)) })
 }

@@ -103,8 +103,9 @@ func installClusterRelease(t *testing.T, ns string, c *slurmv1.SlurmCluster) {
 		"slurm.restdURL=http://127.0.0.1:" + strconv.Itoa(int(c.Spec.RestAPI.Port)),
 		"scheduler.image.tag=e2e", "controller.image.tag=e2e", "scheduler.replicas=1",
 		"scheduler.securePort=10279", "controller.metricsPort=18090", "controller.healthPort=18091",
-		// The local controller's short NotReady grace (deploy/local/lib.sh), for the same tests.
-		"controller.extraArgs={--not-ready-grace-period=20s}",
+		// The local controller's short NotReady grace and its drain on the GPUUnhealthy node
+		// condition (deploy/local/lib.sh), for the same tests.
+		"controller.extraArgs={--not-ready-grace-period=20s,--drain-on-node-conditions=GPUUnhealthy}",
 	} {
 		args = append(args, "--set", v)
 	}
@@ -449,5 +450,27 @@ func TestSlurmClusterTopologyBlocks(t *testing.T) {
 	eventually(t, 60*time.Second, "job "+id+" COMPLETED on "+runnerNode, func() bool {
 		out, _ := slurmCommand(t, c, "/usr/bin/scontrol", "show", "job", "-o", id)
 		return regexpField(out, "JobState") == "COMPLETED" && regexpField(out, "NodeList") == runnerNode
+	})
+}
+
+// scaleRestAPI sets the SlurmCluster's spec.restApi.replicas to n and waits until its
+// slurmrestd Deployment has n pods, all ready.
+func scaleRestAPI(t *testing.T, c *slurmv1.SlurmCluster, n int32) {
+	t.Helper()
+	ctx := context.Background()
+	kc := slurmClient(t)
+	cur := &slurmv1.SlurmCluster{}
+	require.NoError(t, kc.Get(ctx, client.ObjectKeyFromObject(c), cur))
+	patch := client.MergeFrom(cur.DeepCopy())
+	require.NotNil(t, cur.Spec.RestAPI, "the cluster runs slurmrestd")
+	cur.Spec.RestAPI.Replicas = ptrTo(n)
+	require.NoError(t, kc.Patch(ctx, cur, patch))
+	eventually(t, 90*time.Second, fmt.Sprintf("slurmrestd at %d ready pods", n), func() bool {
+		d, err := kube.AppsV1().Deployments(c.Namespace).Get(ctx, slurmcluster.RestAPIName(c), metav1.GetOptions{})
+		if err != nil || d.Status.ReadyReplicas != n {
+			return false
+		}
+		pods, err := kube.CoreV1().Pods(c.Namespace).List(ctx, metav1.ListOptions{LabelSelector: metav1.FormatLabelSelector(d.Spec.Selector)})
+		return err == nil && len(pods.Items) == int(n)
 	})
 }

@@ -247,7 +247,7 @@ func TestSlurmClusterRunsSlurm(t *testing.T) {
 	worker := "slurm-runner-" + runnerNode
 	eventually(t, 90*time.Second, "the busy worker labelled and counted by its PodDisruptionBudget", func() bool {
 		p, err := kube.CoreV1().Pods(ns).Get(ctx, worker, metav1.GetOptions{})
-		if err != nil || p.Labels["slurm.kubeslurm.io/busy"] != "true" {
+		if err != nil || p.Labels[slurmcluster.BusyLabel] != "true" {
 			return false
 		}
 		pdb, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "slurm-busy-workers", metav1.GetOptions{})

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -16,10 +18,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
+	"github.com/kubeslurm/kubeslurm/pkg/controller/slurmcluster"
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
 
@@ -41,6 +45,13 @@ type stack struct {
 	// loseNode makes node's slurmd stop answering Slurm, with no drain first, and returns
 	// what brings it back (see loseNodeUntilEnd).
 	loseNode func(t *testing.T, node string) (back func())
+	// reactIn bounds how long the controller's reaction to a change on one side takes to
+	// show on the other, as the test sees it: the local cluster's targets (2 s); on a
+	// SlurmCluster, where each Slurm command the test runs is a pod, longer.
+	reactIn time.Duration
+	// stopRestAPI stops the Slurm's slurmrestd and returns what starts it again, which
+	// returns once it runs.
+	stopRestAPI func(t *testing.T) (start func())
 }
 
 // loseNodeUntilEnd loses node (stack.loseNode) and returns what brings it back, which also
@@ -184,12 +195,16 @@ func (st stack) jobState(t *testing.T, id string) string {
 
 // localStack is the local cluster's kubeslurm and Slurm (deploy/local).
 func localStack() stack {
-	return stack{pod: func(*v1.Pod) {}, scheduler: wellknown.SchedulerName, nodes: nodes, slurm: slurmCmd,
+	return stack{pod: func(*v1.Pod) {}, scheduler: wellknown.SchedulerName, nodes: nodes, slurm: slurmCmd, reactIn: 2 * time.Second,
 		restartScheduler: func(t *testing.T) { component(t, "restart", "scheduler") },
 		// The node's slurmd stopped (SIGTERM: slurmd exits without draining its node).
 		loseNode: func(t *testing.T, node string) func() {
 			component(t, "stop", "slurmd-"+node)
 			return func() { component(t, "start", "slurmd-"+node) }
+		},
+		stopRestAPI: func(t *testing.T) func() {
+			component(t, "stop", "slurmrestd")
+			return func() { component(t, "start", "slurmrestd") }
 		}}
 }
 
@@ -197,7 +212,7 @@ func localStack() stack {
 // its runner of runners, with the release of installClusterRelease placing pods through it.
 func clusterStack(c *slurmv1.SlurmCluster, runners map[string]*podRunner) stack {
 	nodes := slices.Sorted(maps.Keys(runners))
-	return stack{pod: onCluster, scheduler: clusterScheduler, nodes: nodes, restartScheduler: func(t *testing.T) { restartReleaseScheduler(t, c.Namespace) },
+	return stack{pod: onCluster, scheduler: clusterScheduler, nodes: nodes, reactIn: 30 * time.Second, restartScheduler: func(t *testing.T) { restartReleaseScheduler(t, c.Namespace) },
 		// The node's machine fails (its runner and every process crash) and later starts
 		// again: its runner, started anew, starts the worker pod's containers again, as a
 		// kubelet does after a reboot.
@@ -206,6 +221,11 @@ func clusterStack(c *slurmv1.SlurmCluster, runners map[string]*podRunner) stack 
 			require.NotNil(t, r, "no pod runner of %s", node)
 			r.crash(t)
 			return func() { r.start(t) }
+		},
+		// As an admin would: spec.restApi.replicas 0, and back to 1.
+		stopRestAPI: func(t *testing.T) func() {
+			scaleRestAPI(t, c, 0)
+			return func() { scaleRestAPI(t, c, 1) }
 		},
 		slurm: func(t *testing.T, command string, args ...string) string {
 			t.Helper()
@@ -602,4 +622,210 @@ func podsWithoutMemoryRequestShareANode(t *testing.T, st stack, ns string) {
 		assert.Equal(t, node, regexpField(show, "NodeList"), show)
 		t.Logf("job %s: MinMemoryCPU=%s", id, regexpField(show, "MinMemoryCPU"))
 	}
+}
+
+// drainWaitsForTheSlurmJob: kubectl drain of a node running a placeholder job waits until
+// the job ends, then completes. Where the node's slurmd is a SlurmCluster's worker pod, that
+// pod is drained too: its busy-workers budget keeps it until the job has ended, and the
+// worker made in its place registers drained, as the node is cordoned, until uncordon.
+func drainWaitsForTheSlurmJob(t *testing.T, st stack, ns string) {
+	ctx := context.Background()
+	node := st.nodes[1]
+	// Uncordons, and waits until the Slurm node (the new worker's) is idle; ns holds no
+	// pod by then.
+	st.restoreNodeAtEnd(t, node)
+	p := waitBound(t, ns, createPod(t, ns, "busy", st.pod, onlyOnNode(node)).Name, 60*time.Second)
+	id := jobIDOf(t, p)
+	// Only a running pod is protected: the eviction API lets Pending pods go whatever
+	// the budgets say, as it should.
+	eventually(t, 30*time.Second, "busy Running and Ready", func() bool {
+		cur := getPod(t, ns, "busy")
+		return cur.Status.Phase == v1.PodRunning && podConditionOf(cur, v1.PodReady) != nil && podConditionOf(cur, v1.PodReady).Status == v1.ConditionTrue
+	})
+	eventually(t, 30*time.Second, "eviction guard in place", func() bool {
+		_, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "slurmjob-"+strconv.Itoa(int(id)), metav1.GetOptions{})
+		return err == nil
+	})
+	worker := workerPodOn(t, node) // nil on the local Slurm: its slurmd are no pods
+	if worker != nil {
+		eventually(t, 60*time.Second, "the worker of "+node+" labelled busy", func() bool {
+			w := workerPodOn(t, node)
+			return w != nil && w.Labels[slurmcluster.BusyLabel] == "true"
+		})
+	}
+
+	drain := exec.Command(filepath.Join(repoRoot, "bin", "kubectl"), "--kubeconfig", filepath.Join(runDir, "admin.kubeconfig"),
+		// --force: the test pod is a bare pod; eviction still honours disruption budgets.
+		"drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--force", "--timeout=180s")
+	var outBuf strings.Builder
+	drain.Stdout, drain.Stderr = &outBuf, &outBuf
+	require.NoError(t, drain.Start())
+	done := make(chan error, 1)
+	go func() { done <- drain.Wait() }()
+
+	select {
+	case err := <-done:
+		t.Fatalf("drain finished while the Slurm job still ran (err=%v): %s", err, outBuf.String())
+	case <-time.After(10 * time.Second):
+	}
+	assert.Equal(t, node, getPod(t, ns, "busy").Spec.NodeName, "the pod was not evicted")
+	if worker != nil {
+		w := workerPodOn(t, node)
+		require.NotNil(t, w, "the busy worker of %s was evicted", node)
+		assert.True(t, w.UID == worker.UID && w.DeletionTimestamp == nil, "the busy worker of %s kept, not terminating", node)
+		j, ok := st.jobByID(t, id)
+		assert.True(t, ok && j.State == "RUNNING", "job %d still running: %+v", id, j)
+	}
+
+	// The job ends in Slurm; the pod goes with it, and the drain completes.
+	st.slurm(t, "scancel", strconv.Itoa(int(id)))
+	select {
+	case err := <-done:
+		require.NoError(t, err, outBuf.String())
+	case <-time.After(150 * time.Second):
+		_ = drain.Process.Kill()
+		t.Fatalf("drain did not complete after the job ended: %s", outBuf.String())
+	}
+	_, err := kube.CoreV1().Pods(ns).Get(ctx, "busy", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err))
+	t.Logf("kubectl drain %s: %s", node, strings.ReplaceAll(strings.TrimSpace(outBuf.String()), "\n", "; "))
+	if worker == nil {
+		return
+	}
+	// The worker went (kubectl drain waits for the pods it evicts); its replacement, on the
+	// cordoned node, registers, and the Slurm node is drained for the cordon.
+	assert.Contains(t, outBuf.String(), "evicting pod "+worker.Namespace+"/"+worker.Name)
+	want := wellknown.ReasonPrefix + "node " + node + " cordoned in Kubernetes"
+	eventually(t, 120*time.Second, "a new worker on "+node+", its Slurm node drained for the cordon", func() bool {
+		w := workerPodOn(t, node)
+		if w == nil || w.UID == worker.UID || !podReady(w) {
+			return false
+		}
+		state, reason := st.sinfoNode(t, node)
+		return strings.HasPrefix(state, "drain") && reason == want
+	})
+}
+
+// workerPodOn is the slurmd worker pod a SlurmCluster runs on node, if any.
+func workerPodOn(t *testing.T, node string) *v1.Pod {
+	t.Helper()
+	pods, err := kube.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{
+		LabelSelector: wellknown.SlurmComponentLabel + "=slurmd", FieldSelector: "spec.nodeName=" + node})
+	require.NoError(t, err)
+	var live []*v1.Pod
+	for i := range pods.Items {
+		if pods.Items[i].Status.Phase != v1.PodSucceeded && pods.Items[i].Status.Phase != v1.PodFailed {
+			live = append(live, &pods.Items[i])
+		}
+	}
+	require.LessOrEqual(t, len(live), 1, "at most one worker per node")
+	if len(live) == 0 {
+		return nil
+	}
+	return live[0]
+}
+
+// slurmrestdOutageIsHarmless: slurmrestd stopped for 60 s: no pod deleted, no job
+// cancelled, no pod bound, no taint lifted; state converges after.
+func slurmrestdOutageIsHarmless(t *testing.T, st stack, ns string) {
+	// An admin's drain, tainted before the outage: nothing read during it may lift that.
+	drained := st.nodes[0]
+	st.restoreNodeAtEnd(t, drained) // waits for idle nodes: the pods of ns are deleted below
+	st.slurm(t, "scontrol", "update", "nodename="+drained, "state=drain", "reason=e2e outage test")
+	eventually(t, max(5*time.Second, st.reactIn), "taint on "+drained, func() bool { return hasSlurmTaint(getNode(t, drained)) })
+
+	p := waitBound(t, ns, createPod(t, ns, "steady", st.pod).Name, 60*time.Second)
+	id := jobIDOf(t, p)
+	eventually(t, 30*time.Second, "steady Running", func() bool { return getPod(t, ns, "steady").Status.Phase == v1.PodRunning })
+
+	var once sync.Once
+	start := st.stopRestAPI(t)
+	restart := func() { once.Do(start) }
+	t.Cleanup(restart)
+	// While it is down, a pod comes that needs Slurm: nothing may be concluded, or bound,
+	// until slurmrestd answers again.
+	late := createPod(t, ns, "late", st.pod)
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		cur := getPod(t, ns, "steady")
+		require.Nil(t, cur.DeletionTimestamp, "no pod deleted while Slurm cannot be read")
+		require.Equal(t, v1.PodRunning, cur.Status.Phase, "no pod ended while Slurm cannot be read")
+		assert.Empty(t, getPod(t, ns, "late").Spec.NodeName, "nothing bound without Slurm")
+		require.True(t, hasSlurmTaint(getNode(t, drained)), "no taint lifted while Slurm cannot be read")
+		time.Sleep(2 * time.Second)
+	}
+	j, ok := st.jobByID(t, id)
+	require.True(t, ok)
+	assert.Equal(t, "RUNNING", j.State, "no job cancelled")
+
+	restart()
+	waitBound(t, ns, late.Name, max(15*time.Second, st.reactIn))
+	assert.Equal(t, v1.PodRunning, getPod(t, ns, "steady").Status.Phase)
+	assert.True(t, hasSlurmTaint(getNode(t, drained)), "the admin's drain still tainted after the outage")
+
+	st.slurm(t, "scontrol", "update", "nodename="+drained, "state=resume")
+	eventually(t, max(10*time.Second, st.reactIn), "taint lifted from "+drained+" after resume", func() bool {
+		return !hasSlurmTaint(getNode(t, drained))
+	})
+	// Before restoreNodeAtEnd's check for idle nodes, which runs before ns's cleanup.
+	for _, name := range []string{"steady", "late"} {
+		require.NoError(t, kube.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{}))
+		waitGone(t, ns, name, 60*time.Second)
+	}
+}
+
+// nodeUnhealthyConditionDrainsInSlurm: a condition listed in the controller's
+// --drain-on-node-conditions drains the Slurm node with its reason while it is True, through
+// kwok's heartbeats; a cordon meanwhile adds its cause, and its uncordon leaves the
+// condition's drain; False, or the condition gone, undrains.
+func nodeUnhealthyConditionDrainsInSlurm(t *testing.T, st stack) {
+	node := st.nodes[1]
+	st.restoreNodeAtEnd(t, node)
+	t.Cleanup(func() { removeNodeCondition(t, node, gpuCondition) }) // runs before restoreNodeAtEnd's
+	ours := wellknown.ReasonPrefix + "node " + node + " "
+	const cause = "condition GPUUnhealthy is True (XidError: e2e: GPU 0 fell off the bus)"
+	drainedFor := func(want string) func() bool {
+		return func() bool {
+			state, reason := st.sinfoNode(t, node)
+			return strings.HasPrefix(state, "drain") && reason == want
+		}
+	}
+	undrained := func() bool {
+		state, _ := st.sinfoNode(t, node)
+		return !strings.HasPrefix(state, "drain")
+	}
+	unhealthy := v1.NodeCondition{Type: gpuCondition, Status: v1.ConditionTrue, Reason: "XidError", Message: "e2e: GPU 0 fell off the bus"}
+
+	setNodeCondition(t, node, unhealthy)
+	eventually(t, st.reactIn, "sinfo shows "+node+" drained for the condition", drainedFor(ours+cause))
+	eventually(t, st.reactIn, "taint on "+node, func() bool { return hasSlurmTaint(getNode(t, node)) })
+	assert.Contains(t, nodeEvents(t, node), wellknown.EventDrainedInSlurm+": Drained Slurm node "+node)
+
+	// kwok's heartbeat patches only its own conditions: the health check's stays, and so
+	// does the drain.
+	throughHeartbeats(t, node, 1, "GPUUnhealthy True and the drain kept", func(n *v1.Node) {
+		c := nodeConditionOf(n, gpuCondition)
+		require.True(t, c != nil && c.Status == v1.ConditionTrue, "GPUUnhealthy on %s: %+v", node, c)
+		require.True(t, drainedFor(ours+cause)(), "drained for the condition")
+	})
+
+	nodeKubectl(t, "cordon", node)
+	eventually(t, st.reactIn, "both causes in the reason", drainedFor(ours+"cordoned in Kubernetes; "+cause))
+	nodeKubectl(t, "uncordon", node)
+	eventually(t, st.reactIn, "the condition's drain left after uncordon", drainedFor(ours+cause))
+	consistently(t, 2*time.Second, "still drained for the condition", drainedFor(ours+cause))
+
+	healthy := unhealthy
+	healthy.Status, healthy.Reason, healthy.Message = v1.ConditionFalse, "GPUHealthy", "e2e: all GPUs fine"
+	setNodeCondition(t, node, healthy)
+	eventually(t, st.reactIn, node+" undrained once the condition is False", undrained)
+	st.waitNodeIdle(t, node)
+	eventually(t, st.reactIn, "taint gone from "+node, func() bool { return !hasSlurmTaint(getNode(t, node)) })
+
+	// A health check that removes its condition instead of setting it False.
+	setNodeCondition(t, node, unhealthy)
+	eventually(t, st.reactIn, "drained again", drainedFor(ours+cause))
+	removeNodeCondition(t, node, gpuCondition)
+	eventually(t, st.reactIn, node+" undrained once the condition is gone", undrained)
+	assert.Contains(t, nodeEvents(t, node), wellknown.EventUndrainedInSlurm)
 }

@@ -35,8 +35,9 @@ const (
 	componentSlurmd = "slurmd"
 	// Labels and annotations of a worker pod.
 	nodeSetLabel = "slurm.kubeslurm.io/nodeset"
-	// busyLabel marks a worker whose Slurm node runs jobs (observe.go).
-	busyLabel            = "slurm.kubeslurm.io/busy"
+	// BusyLabel marks a worker whose Slurm node runs jobs (observe.go); a PodDisruptionBudget
+	// keeps the workers so labelled.
+	BusyLabel            = "slurm.kubeslurm.io/busy"
 	slurmNodeAnnotation  = "slurm.kubeslurm.io/node-name"
 	workerSpecAnnotation = "slurm.kubeslurm.io/worker-spec-hash"
 )
@@ -475,7 +476,7 @@ func (r *Reconciler) ensureBusyWorkersPDB(ctx context.Context, c *slurmv1.SlurmC
 		return r.deleteOwned(ctx, c, pdb)
 	}
 	selector := componentLabels(c, componentSlurmd)
-	selector[busyLabel] = "true"
+	selector[BusyLabel] = "true"
 	busy := &v1.PodList{}
 	if err := r.Client.List(ctx, busy, client.InNamespace(c.Namespace), client.MatchingLabels(selector)); err != nil {
 		return fmt.Errorf("listing busy workers: %w", err)

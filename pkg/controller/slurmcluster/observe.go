@@ -135,14 +135,14 @@ func (r *Reconciler) markBusyWorkers(ctx context.Context, nodes []slurm.Node, po
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		b, known := busy[p.Annotations[slurmNodeAnnotation]]
-		if !known || p.DeletionTimestamp != nil || (p.Labels[busyLabel] == "true") == b {
+		if !known || p.DeletionTimestamp != nil || (p.Labels[BusyLabel] == "true") == b {
 			continue
 		}
 		patch := client.MergeFrom(p.DeepCopy())
 		if b {
-			p.Labels[busyLabel] = "true"
+			p.Labels[BusyLabel] = "true"
 		} else {
-			delete(p.Labels, busyLabel)
+			delete(p.Labels, BusyLabel)
 		}
 		if err := r.Client.Patch(ctx, p, patch); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("labelling worker pod %s: %w", p.Name, err)

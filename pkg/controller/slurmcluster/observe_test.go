@@ -82,15 +82,15 @@ func TestBusyWorkersProtected(t *testing.T) {
 	require.NoError(t, f.kube.Get(context.Background(), client.ObjectKey{Namespace: "hpc", Name: "slurm-busy-workers"}, pdb))
 	assert.Equal(t, int32(0), pdb.Spec.MinAvailable.IntVal, "no busy worker yet")
 	assert.Nil(t, pdb.Spec.MaxUnavailable)
-	assert.Equal(t, "true", pdb.Spec.Selector.MatchLabels[busyLabel])
+	assert.Equal(t, "true", pdb.Spec.Selector.MatchLabels[BusyLabel])
 	assert.Equal(t, "slurmd", pdb.Spec.Selector.MatchLabels["app.kubernetes.io/component"])
 
 	cl := f.cluster()
 	nodes := []slurm.Node{{Name: "slurm-r-0", States: []string{"MIXED"}}, {Name: "slurm-r-1", States: []string{"IDLE"}}}
 	require.NoError(t, f.r.markBusyWorkers(context.Background(), nodes, f.workerPods(cl)))
 	pods := f.workers()
-	assert.Equal(t, "true", pods["slurm-r-0"].Labels[busyLabel])
-	assert.NotContains(t, pods["slurm-r-1"].Labels, busyLabel)
+	assert.Equal(t, "true", pods["slurm-r-0"].Labels[BusyLabel])
+	assert.NotContains(t, pods["slurm-r-1"].Labels, BusyLabel)
 	require.NoError(t, f.r.ensureBusyWorkersPDB(context.Background(), cl))
 	require.NoError(t, f.kube.Get(context.Background(), client.ObjectKey{Namespace: "hpc", Name: "slurm-busy-workers"}, pdb))
 	assert.Equal(t, int32(1), pdb.Spec.MinAvailable.IntVal, "the one busy worker must stay")
@@ -98,7 +98,7 @@ func TestBusyWorkersProtected(t *testing.T) {
 	// Its jobs done, the worker may go again; a node Slurm does not list changes nothing.
 	nodes = []slurm.Node{{Name: "slurm-r-0", States: []string{"IDLE"}}}
 	require.NoError(t, f.r.markBusyWorkers(context.Background(), nodes, f.workerPods(cl)))
-	assert.NotContains(t, f.workers()["slurm-r-0"].Labels, busyLabel)
+	assert.NotContains(t, f.workers()["slurm-r-0"].Labels, BusyLabel)
 }
 
 // The slurmrestd clients: one per address, reused, and dropped once idle (a new slurmrestd
