@@ -105,9 +105,9 @@ func createIndexedGang(t *testing.T, ns, name string, n int32, opts ...podOpt) {
 // TestNodeDownDrainedNotRespondingConditions, TestDrainWaitsForTheSlurmJob (here the node's
 // worker pod is drained too), TestNodeUnhealthyConditionDrainsInSlurm and
 // TestSlurmrestdOutageIsHarmless (spec.restApi.replicas 0 for a minute) then run on that
-// Slurm too. In the node failure scenarios a node's machine
-// fails (its runner and all the processes it started killed at once, so no worker drains)
-// and comes back (a new runner starts the worker pod's containers again).
+// Slurm too. In the node failure scenarios a node's machine fails (its runner and all the
+// processes it started killed at once, so no worker drains) and comes back (a new runner
+// starts the worker pod's containers again).
 func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 	ctx := context.Background()
 	startPodRunner(t) // slurmctld and slurmrestd, on the runner's own node

@@ -58,11 +58,22 @@ type stack struct {
 // runs at the end of the test if the test has not run it.
 func (st stack) loseNodeUntilEnd(t *testing.T, node string) (back func()) {
 	t.Helper()
+	return undoneByEnd(t, st.loseNode(t, node))
+}
+
+// stopRestAPIUntilEnd stops slurmrestd (stack.stopRestAPI) and returns what starts it
+// again, which also runs at the end of the test if the test has not run it.
+func (st stack) stopRestAPIUntilEnd(t *testing.T) (start func()) {
+	t.Helper()
+	return undoneByEnd(t, st.stopRestAPI(t))
+}
+
+// undoneByEnd returns undo, run at most once: by the test, or else at its end.
+func undoneByEnd(t *testing.T, undo func()) func() {
 	var once sync.Once
-	restore := st.loseNode(t, node)
-	back = func() { once.Do(restore) }
-	t.Cleanup(back)
-	return back
+	undoOnce := func() { once.Do(undo) }
+	t.Cleanup(undoOnce)
+	return undoOnce
 }
 
 // applyExample applies examples/<file> in ns with the stack's schedulerName for the local
@@ -640,7 +651,7 @@ func drainWaitsForTheSlurmJob(t *testing.T, st stack, ns string) {
 	// the budgets say, as it should.
 	eventually(t, 30*time.Second, "busy Running and Ready", func() bool {
 		cur := getPod(t, ns, "busy")
-		return cur.Status.Phase == v1.PodRunning && podConditionOf(cur, v1.PodReady) != nil && podConditionOf(cur, v1.PodReady).Status == v1.ConditionTrue
+		return cur.Status.Phase == v1.PodRunning && podReady(cur)
 	})
 	eventually(t, 30*time.Second, "eviction guard in place", func() bool {
 		_, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "slurmjob-"+strconv.Itoa(int(id)), metav1.GetOptions{})
@@ -738,10 +749,7 @@ func slurmrestdOutageIsHarmless(t *testing.T, st stack, ns string) {
 	id := jobIDOf(t, p)
 	eventually(t, 30*time.Second, "steady Running", func() bool { return getPod(t, ns, "steady").Status.Phase == v1.PodRunning })
 
-	var once sync.Once
-	start := st.stopRestAPI(t)
-	restart := func() { once.Do(start) }
-	t.Cleanup(restart)
+	restart := st.stopRestAPIUntilEnd(t)
 	// While it is down, a pod comes that needs Slurm: nothing may be concluded, or bound,
 	// until slurmrestd answers again.
 	late := createPod(t, ns, "late", st.pod)
