@@ -39,9 +39,10 @@ func slurmKeyVolume(c *slurmv1.SlurmCluster, name string) v1.Volume {
 }
 
 // keyWatchShell defines, for a daemon's script, keysum (a checksum of the key files in
-// $KEY_DIR, whichever exist, and of $WATCH_ALSO if set) and supervise RELOAD CMD...: it runs CMD in the background,
-// passes SIGTERM on, and every 5 s compares the key files with those seen just before CMD
-// started (before, so that a change while CMD starts is not missed).
+// $KEY_DIR, whichever exist, and of $WATCH_ALSO if set), reloadRaced and supervise RELOAD
+// CMD...: it runs CMD in the background, passes SIGTERM on, and every 5 s compares the key
+// files with those seen just before CMD started (before, so that a change while CMD starts
+// is not missed).
 // On a change, RELOAD=hup sends CMD SIGHUP: slurmctld and slurmd then re-execute
 // themselves in place (same PID, running jobs untouched) and read their keys again.
 // RELOAD=restart stops and starts CMD instead (sackd's SIGHUP hands over to a new
@@ -51,26 +52,40 @@ func slurmKeyVolume(c *slurmv1.SlurmCluster, name string) v1.Volume {
 // kept verifying with slurm.key alone in the e2e test). Only CMD: with the variables in
 // the container's environment, a worker's `scontrol delete` with a JWT failed (auth/slurm
 // instead of auth/jwt) in the e2e test.
+//
+// reloadRaced CODE NAME says whether a daemon that ended with CODE died of a SIGHUP, and
+// if so, that it is started again. A daemon re-executing itself takes SIGHUP at its default
+// (end the process) until its handler is back; a key change reaches slurmd as our SIGHUP and
+// as slurmctld's reconfigure at about the same time, and in the e2e test the second signal
+// ended slurmd (code 129) and so its container. Started again in place, it carries on as
+// the re-execution would have: its jobs run on in their slurmstepd.
 const keyWatchShell = `keysum() { cat "$KEY_DIR/slurm.key" "$KEY_DIR/slurm.jwks" "$KEY_DIR/jwt_hs256.key" ${WATCH_ALSO:+"$WATCH_ALSO"} 2>/dev/null | cksum; }
+reloadRaced() {
+  [ "$1" = 129 ] || return 1
+  echo "kubeslurm: $2 ended by a SIGHUP that came while it re-executed itself for another reload: starting it again" >&2
+}
 supervise() {
   reload=$1; shift
-  keys=$(keysum)
-  SLURM_SACK_JWKS=$KEY_DIR/slurm.jwks "$@" & pid=$!
   trap 'kill -TERM "$pid" 2>/dev/null' TERM INT
-  while kill -0 "$pid" 2>/dev/null; do
-    sleep "${KEY_WATCH_SECONDS:-5}" & wait $!
-    now=$(keysum)
-    [ "$now" = "$keys" ] && continue
-    keys=$now
-    echo "kubeslurm: the key files in $KEY_DIR${WATCH_ALSO:+ or $WATCH_ALSO} changed: ${1##*/} reads them again ($reload)" >&2
-    if [ "$reload" = hup ]; then
-      kill -HUP "$pid"
-    else
-      kill -TERM "$pid"; wait "$pid"
-      SLURM_SACK_JWKS=$KEY_DIR/slurm.jwks "$@" & pid=$!
-    fi
+  while :; do
+    keys=$(keysum)
+    SLURM_SACK_JWKS=$KEY_DIR/slurm.jwks "$@" & pid=$!
+    while kill -0 "$pid" 2>/dev/null; do
+      sleep "${KEY_WATCH_SECONDS:-5}" & wait $!
+      now=$(keysum)
+      [ "$now" = "$keys" ] && continue
+      keys=$now
+      echo "kubeslurm: the key files in $KEY_DIR${WATCH_ALSO:+ or $WATCH_ALSO} changed: ${1##*/} reads them again ($reload)" >&2
+      if [ "$reload" = hup ]; then
+        kill -HUP "$pid"
+      else
+        kill -TERM "$pid"; wait "$pid"
+        SLURM_SACK_JWKS=$KEY_DIR/slurm.jwks "$@" & pid=$!
+      fi
+    done
+    wait "$pid"; code=$?
+    reloadRaced "$code" "${1##*/}" || return "$code"
   done
-  wait "$pid"
 }
 `
 

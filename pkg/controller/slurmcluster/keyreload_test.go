@@ -55,54 +55,101 @@ echo start >>"$LOG"
 while :; do sleep 0.1; done
 `
 
-// supervise (the daemons' script) runs the daemon, passes SIGTERM on and ends with the
-// daemon's code; a changed key file (here a slurm.jwks that appears, then changes) makes it
-// SIGHUP the daemon (hup) or start it again (restart). Run with a real /bin/sh.
-func TestSuperviseReloadsChangedKeys(t *testing.T) {
+// fakeReexecutingDaemon is fakeDaemon whose first run has no SIGHUP handler, as a daemon
+// re-executing itself has none for a moment: the first SIGHUP ends it (code 129).
+const fakeReexecutingDaemon = `#!/bin/sh
+[ -e "$LOG" ] && trap 'echo hup >>"$LOG"' HUP
+trap 'exit 7' TERM
+echo start >>"$LOG"
+while :; do sleep 0.1; done
+`
+
+// daemonRun is a daemon's script run with a real /bin/sh from a temporary directory that
+// holds the key files and the daemon's log.
+type daemonRun struct {
+	t   *testing.T
+	dir string
+	cmd *exec.Cmd
+}
+
+// startDaemonScript writes daemon into a temporary directory and starts script(dir, daemon)
+// (the key files in dir) with extraPath first on PATH.
+func startDaemonScript(t *testing.T, daemon string, script func(dir, daemon string) string, extraPath string) *daemonRun {
 	// Under nohup (a `make test` may run so) SIGHUP is ignored, children inherit that, and
 	// a shell cannot trap a signal ignored when it started. Handled here, it starts at its
 	// default in the children.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
-	defer signal.Reset(syscall.SIGHUP)
+	t.Cleanup(func() { signal.Reset(syscall.SIGHUP) })
+	dir := t.TempDir()
+	path := filepath.Join(dir, "daemon")
+	require.NoError(t, os.WriteFile(path, []byte(daemon), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "slurm.key"), []byte("old"), 0o600))
+	cmd := exec.Command("/bin/sh", "-c", script(dir, path), "daemon", "-D")
+	cmd.Env = append(os.Environ(), "LOG="+filepath.Join(dir, "log"), "KEY_WATCH_SECONDS=0.2")
+	if extraPath != "" {
+		cmd.Env = append(cmd.Env, "PATH="+extraPath+":"+os.Getenv("PATH"))
+	}
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return &daemonRun{t: t, dir: dir, cmd: cmd}
+}
+
+// lines are the daemon's log lines.
+func (d *daemonRun) lines() []string {
+	b, _ := os.ReadFile(filepath.Join(d.dir, "log"))
+	return strings.Fields(string(b))
+}
+
+// waitFor waits until the log has n lines.
+func (d *daemonRun) waitFor(n int) {
+	require.Eventually(d.t, func() bool { return len(d.lines()) >= n }, 10*time.Second, 50*time.Millisecond, "log: %v", d.lines())
+}
+
+// writeKeySet writes the key set file, which the script watches with the key.
+func (d *daemonRun) writeKeySet(content string) {
+	require.NoError(d.t, os.WriteFile(filepath.Join(d.dir, "slurm.jwks"), []byte(content), 0o600))
+}
+
+// exitCode signals the script and returns its exit code.
+func (d *daemonRun) exitCode(sig os.Signal) int {
+	require.NoError(d.t, d.cmd.Process.Signal(sig))
+	err := d.cmd.Wait()
+	if err == nil {
+		return 0
+	}
+	var exit *exec.ExitError
+	require.True(d.t, errors.As(err, &exit), "the script ends with an exit code: %v", err)
+	return exit.ExitCode()
+}
+
+// supervise (the daemons' script) runs the daemon, passes SIGTERM on and ends with the
+// daemon's code; a changed key file (here a slurm.jwks that appears, then changes) makes it
+// SIGHUP the daemon (hup) or start it again (restart). A daemon ended by that SIGHUP
+// (during a re-execution) is started again.
+func TestSuperviseReloadsChangedKeys(t *testing.T) {
 	for _, tc := range []struct {
-		reload string
-		want   []string
+		name, reload, daemon string
+		want                 []string
 	}{
-		{"hup", []string{"start", "hup", "hup"}},
-		{"restart", []string{"start", "start", "start"}},
+		{"hup", "hup", fakeDaemon, []string{"start", "hup", "hup"}},
+		{"restart", "restart", fakeDaemon, []string{"start", "start", "start"}},
+		{"hup during a re-execution", "hup", fakeReexecutingDaemon, []string{"start", "start", "hup"}},
 	} {
-		t.Run(tc.reload, func(t *testing.T) {
-			dir := t.TempDir()
-			log := filepath.Join(dir, "log")
-			daemon := filepath.Join(dir, "daemon")
-			require.NoError(t, os.WriteFile(daemon, []byte(fakeDaemon), 0o755))
-			require.NoError(t, os.WriteFile(filepath.Join(dir, "slurm.key"), []byte("old"), 0o600))
-			cmd := exec.Command("/bin/sh", "-c", supervisedScript(dir, tc.reload, daemon), "daemon", "-D")
-			cmd.Env = append(os.Environ(), "LOG="+log, "KEY_WATCH_SECONDS=0.2")
-			require.NoError(t, cmd.Start())
-			t.Cleanup(func() { _ = cmd.Process.Kill() })
-			lines := func() []string {
-				b, _ := os.ReadFile(log)
-				return strings.Fields(string(b))
-			}
-			waitFor := func(n int) {
-				require.Eventually(t, func() bool { return len(lines()) >= n }, 10*time.Second, 50*time.Millisecond, "log: %v", lines())
-			}
-			waitFor(1)
+		t.Run(tc.name, func(t *testing.T) {
+			d := startDaemonScript(t, tc.daemon, func(dir, daemon string) string {
+				return supervisedScript(dir, tc.reload, daemon)
+			}, "")
+			d.waitFor(1)
 			time.Sleep(500 * time.Millisecond)
-			assert.Equal(t, []string{"start"}, lines(), "no reload while the keys stay")
+			assert.Equal(t, []string{"start"}, d.lines(), "no reload while the keys stay")
 
-			require.NoError(t, os.WriteFile(filepath.Join(dir, "slurm.jwks"), []byte(`{"keys":[]}`), 0o600))
-			waitFor(2)
-			require.NoError(t, os.WriteFile(filepath.Join(dir, "slurm.jwks"), []byte(`{"keys":[{}]}`), 0o600))
-			waitFor(3)
+			d.writeKeySet(`{"keys":[]}`)
+			d.waitFor(2)
+			d.writeKeySet(`{"keys":[{}]}`)
+			d.waitFor(3)
 			time.Sleep(500 * time.Millisecond)
-			assert.Equal(t, tc.want, lines())
-
-			require.NoError(t, cmd.Process.Signal(os.Interrupt))
-			var exit *exec.ExitError
-			require.True(t, errors.As(cmd.Wait(), &exit), "the script ends with the daemon's code")
-			assert.Equal(t, 7, exit.ExitCode())
+			assert.Equal(t, tc.want, d.lines())
+			assert.Equal(t, 7, d.exitCode(os.Interrupt), "the script ends with the daemon's code")
 		})
 	}
 }

@@ -115,14 +115,17 @@ const unregisteredExit = 3
 //     unreachable slurmctld keeps it waiting (fail closed: jobs may still run); the grace
 //     period bounds the wait. A node Slurm does not have is not waited for.
 //   - When the key files change (keyreload.go) it sends slurmd SIGHUP: slurmd re-executes
-//     itself and reads them again; its jobs keep running.
+//     itself and reads them again; its jobs keep running. A slurmd ended by a SIGHUP during
+//     its re-execution is started again (reloadRaced).
 //   - While it runs, it checks every 5 s that Slurm has the node. slurmd running while Slurm
 //     has no node of its name (it never registered within 2 min, or its record was deleted)
 //     ends the container with exit code 3, and the controller recreates the pod. Only
 //     "not found" counts: an unreachable slurmctld is no reason.
-var workerScript = "KEY_DIR=" + slurmconf.ConfigDir + "\n" + keyWatchShell + `keys=$(keysum)
-SLURM_SACK_JWKS=$KEY_DIR/slurm.jwks /usr/sbin/slurmd "$@" &
-slurmd=$!
+var workerScript = "KEY_DIR=" + slurmconf.ConfigDir + "\n" + keyWatchShell + `startSlurmd() {
+  keys=$(keysum)
+  SLURM_SACK_JWKS=$KEY_DIR/slurm.jwks /usr/sbin/slurmd "$@" &
+  slurmd=$!
+}
 drain() {
   if scontrol show node "$SLURM_NODE" 2>&1 | grep -q "not found"; then
     kill -TERM "$slurmd"; wait "$slurmd"; exit 0
@@ -134,27 +137,32 @@ drain() {
   env "$token" scontrol delete nodename="$SLURM_NODE"
   exit 0
 }
+startSlurmd "$@"
 trap drain TERM
 registered=0 missing=0 checks=0
-while kill -0 "$slurmd" 2>/dev/null; do
-  sleep 5 & wait $!
-  if now=$(keysum) && [ "$now" != "$keys" ]; then
-    keys=$now
-    echo "kubeslurm: the key files in $KEY_DIR changed: slurmd reads them again (hup)" >&2
-    kill -HUP "$slurmd"
-  fi
-  checks=$((checks + 1))
-  case $(scontrol show node "$SLURM_NODE" 2>&1) in
-  *"not found"*) missing=$((missing + 1)) ;;
-  *NodeName=*) registered=1 missing=0 ;;
-  esac
-  if { [ $registered = 1 ] && [ $missing -ge 3 ]; } || { [ $registered = 0 ] && [ $checks -ge 24 ]; }; then
-    echo "kubeslurm: slurmd runs but Slurm has no node $SLURM_NODE" >&2
-    kill -TERM "$slurmd"; wait "$slurmd"
-    exit 3
-  fi
+while :; do
+  while kill -0 "$slurmd" 2>/dev/null; do
+    sleep "${KEY_WATCH_SECONDS:-5}" & wait $!
+    if now=$(keysum) && [ "$now" != "$keys" ]; then
+      keys=$now
+      echo "kubeslurm: the key files in $KEY_DIR changed: slurmd reads them again (hup)" >&2
+      kill -HUP "$slurmd"
+    fi
+    checks=$((checks + 1))
+    case $(scontrol show node "$SLURM_NODE" 2>&1) in
+    *"not found"*) missing=$((missing + 1)) ;;
+    *NodeName=*) registered=1 missing=0 ;;
+    esac
+    if { [ $registered = 1 ] && [ $missing -ge 3 ]; } || { [ $registered = 0 ] && [ $checks -ge 24 ]; }; then
+      echo "kubeslurm: slurmd runs but Slurm has no node $SLURM_NODE" >&2
+      kill -TERM "$slurmd"; wait "$slurmd"
+      exit 3
+    fi
+  done
+  wait "$slurmd"; code=$?
+  reloadRaced "$code" slurmd || exit "$code"
+  startSlurmd "$@"
 done
-wait "$slurmd"
 `
 
 // slurmdArgs registers the worker as a dynamic node (-Z) with configless slurmctld, with

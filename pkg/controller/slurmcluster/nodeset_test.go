@@ -3,7 +3,10 @@ package slurmcluster
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
+	"github.com/kubeslurm/kubeslurm/pkg/slurmconf"
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
 
@@ -245,6 +249,52 @@ func TestUnregisteredWorkerRecreated(t *testing.T) {
 	assert.Equal(t, []string{"Warning SlurmWorkerNotRegistered Deleted worker pod slurm-r-0 (Slurm node slurm-r-0): its slurmd ran but Slurm had no node of its name; recreating it"}, f.events())
 	f.reconcile()
 	assert.Contains(t, f.workers(), "slurm-r-0", "recreated")
+}
+
+// fakeScontrol is scontrol (with an empty squeue beside it) for workerScript: Slurm has the node, no job
+// runs there, and each call is logged.
+const fakeScontrol = `#!/bin/sh
+echo "scontrol $*" >>"$LOG.commands"
+case "$1 $2" in
+"show node") echo "NodeName=$3 State=IDLE" ;;
+"token lifespan=600") echo SLURM_JWT=token ;;
+esac
+`
+
+// The worker's script: a key change SIGHUPs slurmd, a slurmd ended by a SIGHUP during its
+// re-execution is started again, and the pod's SIGTERM drains the node, stops slurmd and
+// deletes the node. Run with a real /bin/sh, a fake slurmd and fake Slurm commands.
+func TestWorkerScriptReloadsDrainsAndDeletes(t *testing.T) {
+	bin := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "scontrol"), []byte(fakeScontrol), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "squeue"), []byte("#!/bin/sh\n"), 0o755))
+	t.Setenv("SLURM_NODE", "n1")
+	t.Setenv("POD_NAME", "slurm-n1")
+	d := startDaemonScript(t, fakeReexecutingDaemon, func(dir, daemon string) string {
+		script := strings.Replace(workerScript, "KEY_DIR="+slurmconf.ConfigDir+"\n", "KEY_DIR="+dir+"\n", 1)
+		return strings.Replace(script, "/usr/sbin/slurmd", daemon, 1)
+	}, bin)
+	d.waitFor(1)
+	d.writeKeySet(`{"keys":[]}`)
+	d.waitFor(2)
+	d.writeKeySet(`{"keys":[{}]}`)
+	d.waitFor(3)
+	assert.Equal(t, []string{"start", "start", "hup"}, d.lines(), "slurmd ended by the first SIGHUP, started again")
+
+	assert.Equal(t, 0, d.exitCode(syscall.SIGTERM))
+	commands, err := os.ReadFile(filepath.Join(d.dir, "log.commands"))
+	require.NoError(t, err)
+	var drain []string
+	for _, c := range strings.Split(strings.TrimSpace(string(commands)), "\n") {
+		if !strings.HasPrefix(c, "scontrol show node") {
+			drain = append(drain, c)
+		}
+	}
+	assert.Equal(t, []string{
+		"scontrol update nodename=n1 state=DRAIN reason=kubeslurm: worker pod slurm-n1 deleted",
+		"scontrol token lifespan=600",
+		"scontrol delete nodename=n1",
+	}, drain)
 }
 
 func TestWorkerPodName(t *testing.T) {
