@@ -39,8 +39,10 @@ func slurmKeyVolume(c *slurmv1.SlurmCluster, name string) v1.Volume {
 }
 
 // keyWatchShell defines, for a daemon's script, keysum (a checksum of the key files in
-// $KEY_DIR, whichever exist, and of $WATCH_ALSO if set), reloadRaced and supervise RELOAD
-// CMD...: it runs CMD in the background, passes SIGTERM on, and every 5 s compares the key
+// $KEY_DIR, whichever exist, and of $WATCH_ALSO if set), startDaemon CMD... (runs CMD in
+// the background as $pid, with the key files' checksum then in $keys), keysChanged NAME
+// RELOAD (whether they changed since, logged), reloadRaced and supervise RELOAD CMD...: it
+// runs CMD in the background, passes SIGTERM on, and every 5 s compares the key
 // files with those seen just before CMD started (before, so that a change while CMD starts
 // is not missed).
 // On a change, RELOAD=hup sends CMD SIGHUP: slurmctld and slurmd then re-execute
@@ -60,6 +62,16 @@ func slurmKeyVolume(c *slurmv1.SlurmCluster, name string) v1.Volume {
 // ended slurmd (code 129) and so its container. Started again in place, it carries on as
 // the re-execution would have: its jobs run on in their slurmstepd.
 const keyWatchShell = `keysum() { cat "$KEY_DIR/slurm.key" "$KEY_DIR/slurm.jwks" "$KEY_DIR/jwt_hs256.key" ${WATCH_ALSO:+"$WATCH_ALSO"} 2>/dev/null | cksum; }
+startDaemon() {
+  keys=$(keysum)
+  SLURM_SACK_JWKS=$KEY_DIR/slurm.jwks "$@" & pid=$!
+}
+keysChanged() {
+  now=$(keysum)
+  [ "$now" = "$keys" ] && return 1
+  keys=$now
+  echo "kubeslurm: the key files in $KEY_DIR${WATCH_ALSO:+ or $WATCH_ALSO} changed: $1 reads them again ($2)" >&2
+}
 reloadRaced() {
   [ "$1" = 129 ] || return 1
   echo "kubeslurm: $2 ended by a SIGHUP that came while it re-executed itself for another reload: starting it again" >&2
@@ -68,19 +80,15 @@ supervise() {
   reload=$1; shift
   trap 'kill -TERM "$pid" 2>/dev/null' TERM INT
   while :; do
-    keys=$(keysum)
-    SLURM_SACK_JWKS=$KEY_DIR/slurm.jwks "$@" & pid=$!
+    startDaemon "$@"
     while kill -0 "$pid" 2>/dev/null; do
       sleep "${KEY_WATCH_SECONDS:-5}" & wait $!
-      now=$(keysum)
-      [ "$now" = "$keys" ] && continue
-      keys=$now
-      echo "kubeslurm: the key files in $KEY_DIR${WATCH_ALSO:+ or $WATCH_ALSO} changed: ${1##*/} reads them again ($reload)" >&2
+      keysChanged "${1##*/}" "$reload" || continue
       if [ "$reload" = hup ]; then
         kill -HUP "$pid"
       else
         kill -TERM "$pid"; wait "$pid"
-        SLURM_SACK_JWKS=$KEY_DIR/slurm.jwks "$@" & pid=$!
+        startDaemon "$@"
       fi
     done
     wait "$pid"; code=$?

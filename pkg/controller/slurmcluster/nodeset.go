@@ -121,32 +121,25 @@ const unregisteredExit = 3
 //     has no node of its name (it never registered within 2 min, or its record was deleted)
 //     ends the container with exit code 3, and the controller recreates the pod. Only
 //     "not found" counts: an unreachable slurmctld is no reason.
-var workerScript = "KEY_DIR=" + slurmconf.ConfigDir + "\n" + keyWatchShell + `startSlurmd() {
-  keys=$(keysum)
-  SLURM_SACK_JWKS=$KEY_DIR/slurm.jwks /usr/sbin/slurmd "$@" &
-  slurmd=$!
-}
-drain() {
+var workerScript = "KEY_DIR=" + slurmconf.ConfigDir + "\n" + keyWatchShell + `drain() {
   if scontrol show node "$SLURM_NODE" 2>&1 | grep -q "not found"; then
-    kill -TERM "$slurmd"; wait "$slurmd"; exit 0
+    kill -TERM "$pid"; wait "$pid"; exit 0
   fi
   scontrol update nodename="$SLURM_NODE" state=DRAIN reason="kubeslurm: worker pod $POD_NAME deleted"
   until jobs=$(squeue -h -w "$SLURM_NODE" -o %i) && [ -z "$jobs" ]; do sleep 2; done
   token=$(scontrol token lifespan=600)
-  kill -TERM "$slurmd"; wait "$slurmd"
+  kill -TERM "$pid"; wait "$pid"
   env "$token" scontrol delete nodename="$SLURM_NODE"
   exit 0
 }
-startSlurmd "$@"
+startDaemon /usr/sbin/slurmd "$@"
 trap drain TERM
 registered=0 missing=0 checks=0
 while :; do
-  while kill -0 "$slurmd" 2>/dev/null; do
+  while kill -0 "$pid" 2>/dev/null; do
     sleep "${KEY_WATCH_SECONDS:-5}" & wait $!
-    if now=$(keysum) && [ "$now" != "$keys" ]; then
-      keys=$now
-      echo "kubeslurm: the key files in $KEY_DIR changed: slurmd reads them again (hup)" >&2
-      kill -HUP "$slurmd"
+    if keysChanged slurmd hup; then
+      kill -HUP "$pid"
     fi
     checks=$((checks + 1))
     case $(scontrol show node "$SLURM_NODE" 2>&1) in
@@ -155,13 +148,13 @@ while :; do
     esac
     if { [ $registered = 1 ] && [ $missing -ge 3 ]; } || { [ $registered = 0 ] && [ $checks -ge 24 ]; }; then
       echo "kubeslurm: slurmd runs but Slurm has no node $SLURM_NODE" >&2
-      kill -TERM "$slurmd"; wait "$slurmd"
+      kill -TERM "$pid"; wait "$pid"
       exit 3
     fi
   done
-  wait "$slurmd"; code=$?
+  wait "$pid"; code=$?
   reloadRaced "$code" slurmd || exit "$code"
-  startSlurmd "$@"
+  startDaemon /usr/sbin/slurmd "$@"
 done
 `
 

@@ -272,7 +272,7 @@ func TestWorkerScriptReloadsDrainsAndDeletes(t *testing.T) {
 	t.Setenv("POD_NAME", "slurm-n1")
 	d := startDaemonScript(t, fakeReexecutingDaemon, func(dir, daemon string) string {
 		script := strings.Replace(workerScript, "KEY_DIR="+slurmconf.ConfigDir+"\n", "KEY_DIR="+dir+"\n", 1)
-		return strings.Replace(script, "/usr/sbin/slurmd", daemon, 1)
+		return strings.ReplaceAll(script, "/usr/sbin/slurmd", daemon)
 	}, bin)
 	d.waitFor(1)
 	d.writeKeySet(`{"keys":[]}`)
