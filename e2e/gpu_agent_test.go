@@ -111,7 +111,7 @@ func TestJobMappingAgentWritesThePodsGPUs(t *testing.T) {
 	idx := pod.Annotations[wellknown.GPUIndicesAnnotation]
 	job := strconv.Itoa(int(jobIDOf(t, pod)))
 	require.Len(t, strings.Split(idx, ","), 2, idx)
-	require.Equal(t, gresIndices(t, jobIDOf(t, pod)), idx, "the annotation says what scontrol says")
+	require.Equal(t, gresIndices(t, localStack(), jobIDOf(t, pod)), idx, "the annotation says what scontrol says")
 
 	want := map[string]string{}
 	for k, v := range prologLines {

@@ -13,6 +13,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
@@ -30,7 +31,13 @@ const adoptedWorkerImage = "localhost/" + slurmcluster.DefaultWorkerImage
 // pods. At the end the runner stops, then the node is deleted.
 func addAdoptedKwokNode(t *testing.T, name string) *podRunner {
 	t.Helper()
-	_, err := kube.CoreV1().Nodes().Create(context.Background(), kwokNode(name, map[string]string{v1.LabelHostname: name}), metav1.CreateOptions{})
+	// GPUs as the local cluster's nodes have them: the GPU feature discovery's count, which
+	// the node's pod runner makes fake devices for, and the device plugin's resource.
+	node := kwokNode(name, map[string]string{v1.LabelHostname: name, "nvidia.com/gpu.count": strconv.Itoa(gpusPerNode)})
+	for _, l := range []v1.ResourceList{node.Status.Capacity, node.Status.Allocatable} {
+		l[slurmjob.GPUResource] = resource.MustParse(strconv.Itoa(gpusPerNode))
+	}
+	_, err := kube.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		err := kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
@@ -94,8 +101,10 @@ func createIndexedGang(t *testing.T, ns, name string, n int32, opts ...podOpt) {
 // the node and fakes its other pods. A SlurmCluster whose NodeSets use that image gets a
 // real slurmd on each kwok node, registered as the Kubernetes node's name; the release's
 // scheduler then makes an indexed Job's gang ONE job of that Slurm across the nodes, each
-// pod (a kwok fake) bound to the node of its rank, and the Job completes. The scenarios of
-// TestPodIsPlacedBySlurm, TestJobStateOnThePod, TestSbatchJobAndPodShareNodes,
+// pod (a kwok fake) bound to the node of its rank, and the Job completes. Each node has 4
+// GPUs, which its runner makes fake devices for and its worker registers (nodeSets[].gpus).
+// The scenarios of TestPodIsPlacedBySlurm, TestJobStateOnThePod,
+// TestSbatchJobAndPodShareNodes, TestGPUPodsGetTheirSlurmGPUIndices,
 // TestPodAndJobEndTogether, TestBadInputGetsAnEventAndNoJob,
 // TestSchedulerRestartKeepsOneJobPerPod, TestNotReadyNodeReleasesItsJob,
 // TestExclusivePodsQueueInSlurmPriorityOrder, TestPodGroupIsOneSlurmJob,
@@ -129,7 +138,7 @@ func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 		for i, n := range kwokNodes {
 			set := fmt.Sprintf("kwok%d", i+1)
 			c.Spec.NodeSets = append(c.Spec.NodeSets, slurmv1.NodeSetSpec{Name: set, Image: adoptedWorkerImage,
-				Port: ptrTo(int32(6941 + i)), NodeSelector: map[string]string{v1.LabelHostname: n}})
+				Port: ptrTo(int32(6941 + i)), NodeSelector: map[string]string{v1.LabelHostname: n}, GPUs: &slurmv1.NodeSetGPUs{}})
 			c.Spec.Partitions[0].NodeSets = append(c.Spec.Partitions[0].NodeSets, set)
 		}
 	})
@@ -184,6 +193,7 @@ func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 	t.Run("pod is placed by Slurm", func(t *testing.T) { podIsPlacedBySlurm(t, st, namespaceOn(t, st)) })
 	t.Run("job state on the pod", func(t *testing.T) { jobStateOnThePod(t, st, namespaceOn(t, st)) })
 	t.Run("sbatch and pods share nodes", func(t *testing.T) { sbatchJobAndPodShareNodes(t, st, namespaceOn(t, st)) })
+	t.Run("GPU pods get their Slurm GPU indices", func(t *testing.T) { gpuPodsGetTheirSlurmGPUIndices(t, st, namespaceOn(t, st)) })
 	t.Run("pod and job end together", func(t *testing.T) { podAndJobEndTogether(t, st, namespaceOn(t, st)) })
 	t.Run("bad input gets an event and no job", func(t *testing.T) { badInputGetsAnEventAndNoJob(t, st, namespaceOn(t, st)) })
 	t.Run("scheduler restart keeps one job per pod", func(t *testing.T) { schedulerRestartKeepsOneJobPerPod(t, st, namespaceOn(t, st)) })

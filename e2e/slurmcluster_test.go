@@ -102,6 +102,7 @@ func TestSlurmClusterKeysAndConfig(t *testing.T) {
 		"AuthAltParameters=jwks=/etc/slurm/jwks.json,jwt_key=/etc/slurm/jwt_hs256.key", "NodeSet=cpu Feature=cpu",
 		"PartitionName=batch Nodes=cpu,gpu Default=YES MaxTime=1-00:00:00 State=UP PriorityTier=1 DefMemPerCPU=512",
 		"PartitionName=gpu Nodes=gpu MaxTime=UNLIMITED State=UP PriorityTier=2", "SchedulerParameters=bf_interval=60",
+		"Prolog=dcgm-job-mapping-prolog.sh", "Epilog=dcgm-job-mapping-epilog.sh", "PrologFlags=Alloc",
 	} {
 		assert.Contains(t, conf, line+"\n")
 	}
@@ -111,6 +112,7 @@ func TestSlurmClusterKeysAndConfig(t *testing.T) {
 	assert.EqualValues(t, len(kwokNodes.Items), c.Status.DesiredWorkers, "cpu: the kwok nodes; gpu: no node-pool=gpu node")
 	assert.Equal(t, "# gres.conf of SlurmCluster "+ns+"/slurm, rendered by kubeslurm.\nAutoDetect=nvidia\n", cm.Data["gres.conf"])
 	assert.Contains(t, conf, "\nGresTypes=gpu\n")
+	assert.Contains(t, cm.Data["dcgm-job-mapping-prolog.sh"], "DIR=${DCGM_JOB_MAPPING_DIR:-/var/lib/dcgm-exporter/job-mapping}")
 
 	// A partition's setting changes: the ConfigMap follows, with an event.
 	oldHash := cm.Annotations[wellknown.SlurmConfigHashAnnotation]

@@ -226,12 +226,28 @@ func clusterStack(c *slurmv1.SlurmCluster, runners map[string]*podRunner) stack 
 	return stack{pod: onCluster, scheduler: clusterScheduler, nodes: nodes, reactIn: 30 * time.Second, restartScheduler: func(t *testing.T) { restartReleaseScheduler(t, c.Namespace) },
 		// The node's machine fails (its runner and every process crash) and later starts
 		// again: its runner, started anew, starts the worker pod's containers again, as a
-		// kubelet does after a reboot.
+		// kubelet does after a reboot, counting a restart.
 		loseNode: func(t *testing.T, node string) func() {
 			r := runners[node]
 			require.NotNil(t, r, "no pod runner of %s", node)
+			worker := workerPodOn(t, node)
+			require.NotNil(t, worker, "no worker pod on %s", node)
+			restarts := worker.Status.ContainerStatuses[0].RestartCount
 			r.crash(t)
-			return func() { r.start(t) }
+			return func() {
+				r.start(t)
+				eventually(t, 60*time.Second, "worker "+worker.Name+" running again, one restart more", func() bool {
+					p, err := kube.CoreV1().Pods(worker.Namespace).Get(context.Background(), worker.Name, metav1.GetOptions{})
+					require.NoError(t, err)
+					require.Equal(t, worker.UID, p.UID, "the same worker pod")
+					if len(p.Status.ContainerStatuses) != 1 {
+						return false
+					}
+					cs := p.Status.ContainerStatuses[0]
+					last := cs.LastTerminationState.Terminated
+					return cs.State.Running != nil && cs.RestartCount == restarts+1 && last != nil && last.Reason == "Unknown"
+				})
+			}
 		},
 		// As an admin would: spec.restApi.replicas 0, and back to 1.
 		stopRestAPI: func(t *testing.T) func() {

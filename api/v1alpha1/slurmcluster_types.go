@@ -97,6 +97,25 @@ type SlurmClusterSpec struct {
 	// docs/topology.md, "ComputeDomains".
 	// +optional
 	ComputeDomain *ComputeDomainSpec `json:"computeDomain,omitempty"`
+
+	// DCGMJobMapping has the workers' Slurm prolog and epilog keep NVIDIA DCGM exporter's
+	// HPC job mapping on the GPU nodes: which Slurm job holds which GPU, so the exporter
+	// labels each GPU's metrics with its job. Needs a NodeSet with gpus. docs/gpus.md.
+	// +optional
+	DCGMJobMapping *DCGMJobMappingSpec `json:"dcgmJobMapping,omitempty"`
+}
+
+// DCGMJobMappingSpec: slurm.conf gets Prolog, Epilog and PrologFlags=Alloc for kubeslurm's
+// scripts (shipped to the workers by slurmctld with the configuration), and the workers of
+// the NodeSets with gpus mount the node's mapping directory.
+type DCGMJobMappingSpec struct {
+	// Dir is the mapping directory on the nodes: the DCGM exporter's
+	// --hpc-job-mapping-dir (the GPU operator's dcgmExporter.hpcJobMapping.directory).
+	// +kubebuilder:default="/var/lib/dcgm-exporter/job-mapping"
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^/[A-Za-z0-9._/-]*$`
+	// +optional
+	Dir string `json:"dir,omitempty"`
 }
 
 // ComputeDomainAllocationMode is how many IMEX channels a worker's claim gets.

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
+	"github.com/kubeslurm/kubeslurm/pkg/dcgmjobmap"
 	"github.com/kubeslurm/kubeslurm/pkg/topology"
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
@@ -34,6 +35,10 @@ const (
 	SlurmdbdConfFile = "slurmdbd.conf"
 	GresConfFile     = "gres.conf"
 	TopologyFile     = "topology.yaml"
+	// The DCGM job mapping scripts (spec.dcgmJobMapping): named by a relative path in
+	// slurm.conf, so slurmctld ships them to the configless workers with the configuration.
+	DCGMPrologFile = "dcgm-job-mapping-prolog.sh"
+	DCGMEpilogFile = "dcgm-job-mapping-epilog.sh"
 	// DefaultDatabase is StorageLoc when spec.accounting.database.name is empty.
 	DefaultDatabase = "slurm_acct_db"
 	// DefaultDatabasePort is the MySQL/MariaDB port.
@@ -157,6 +162,16 @@ func Validate(c *slurmv1.SlurmCluster) error {
 		// GresTypes is then ours: gpu.
 		ours = append(ours, "GresTypes")
 	}
+	if d := c.Spec.DCGMJobMapping; d != nil {
+		if !HasGPUs(c) {
+			return fmt.Errorf("dcgmJobMapping: no NodeSet has gpus, so no job would hold a GPU to map")
+		}
+		if _, err := dcgmjobmap.Scripts(d.Dir); err != nil {
+			return fmt.Errorf("dcgmJobMapping.dir: %w", err)
+		}
+		// The prolog and epilog are then ours.
+		ours = append(ours, "Prolog", "Epilog", "PrologFlags")
+	}
 	if len(ours) > 0 {
 		reserved = keySet(append(slices.Collect(maps.Keys(reservedSlurmConf)), ours...)...)
 	}
@@ -225,7 +240,26 @@ func Render(c *slurmv1.SlurmCluster, opts ...Option) (Files, error) {
 	if HasGPUs(c) {
 		files[GresConfFile] = renderGresConf(c)
 	}
+	if d := c.Spec.DCGMJobMapping; d != nil {
+		scripts, err := dcgmjobmap.Scripts(d.Dir) // validated above
+		if err != nil {
+			return nil, err
+		}
+		files[DCGMPrologFile], files[DCGMEpilogFile] = scripts[dcgmjobmap.PrologKey], scripts[dcgmjobmap.EpilogKey]
+	}
 	return files, nil
+}
+
+// DCGMJobMappingDir is the node directory of spec.dcgmJobMapping ("" without it).
+func DCGMJobMappingDir(c *slurmv1.SlurmCluster) string {
+	d := c.Spec.DCGMJobMapping
+	switch {
+	case d == nil:
+		return ""
+	case d.Dir == "":
+		return dcgmjobmap.DefaultDir
+	}
+	return d.Dir
 }
 
 // HasGPUs: some NodeSet registers its nodes' GPUs.
@@ -310,6 +344,14 @@ func renderSlurmConf(c *slurmv1.SlurmCluster, o options) string {
 		line("")
 		line("# nodeSets[].gpus: workers register Gres=gpu:<count of their node>.")
 		line("GresTypes=gpu")
+	}
+	if c.Spec.DCGMJobMapping != nil {
+		line("")
+		line("# spec.dcgmJobMapping: which job holds which GPU, for the DCGM exporter. Relative")
+		line("# paths: slurmctld ships the scripts to the workers. Alloc: run at allocation.")
+		line("Prolog=%s", DCGMPrologFile)
+		line("Epilog=%s", DCGMEpilogFile)
+		line("PrologFlags=Alloc")
 	}
 	if a := c.Spec.Accounting; a != nil {
 		line("")

@@ -38,6 +38,7 @@ func full() slurmv1.SlurmClusterSpec {
 		},
 		ExtraConfig:       "# site settings\nSchedulerParameters=bf_interval=60,bf_window=1440\nPriorityWeightTRES=CPU=1000,Mem=2000\n\nNodeName=static1 CPUs=4 State=FUTURE\n",
 		CgroupExtraConfig: "ConstrainRAMSpace=yes",
+		DCGMJobMapping:    &slurmv1.DCGMJobMappingSpec{Dir: "/var/lib/dcgm-exporter/job-mapping"},
 	}
 }
 
@@ -123,6 +124,18 @@ func TestRenderRefusesInjection(t *testing.T) {
 		{"GPU type that would add a GRES", func(s *slurmv1.SlurmClusterSpec) {
 			s.NodeSets[1].GPUs.Type = "a100,nic:1"
 		}, "not a plain name"},
+		{"Prolog in extra config beside dcgmJobMapping", func(s *slurmv1.SlurmClusterSpec) {
+			s.ExtraConfig = "Prolog=/etc/slurm/mine.sh"
+		}, "Prolog is set by kubeslurm"},
+		{"PrologFlags in extra config beside dcgmJobMapping", func(s *slurmv1.SlurmClusterSpec) {
+			s.ExtraConfig = "PrologFlags=Contain"
+		}, "PrologFlags is set by kubeslurm"},
+		{"a job mapping directory that would add a line to the scripts", func(s *slurmv1.SlurmClusterSpec) {
+			s.DCGMJobMapping.Dir = "/var/lib/x}\nrm -rf /"
+		}, "dcgmJobMapping.dir"},
+		{"a job mapping without GPUs", func(s *slurmv1.SlurmClusterSpec) {
+			s.NodeSets[1].GPUs = nil
+		}, "dcgmJobMapping: no NodeSet has gpus"},
 		{"GPUs of Replicas workers", func(s *slurmv1.SlurmClusterSpec) {
 			s.NodeSets[1].Mode = slurmv1.NodeSetReplicas
 		}, "gpus needs mode DaemonSet"},

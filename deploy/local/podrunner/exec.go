@@ -13,11 +13,11 @@ import (
 )
 
 // The container's process is started as `kubeslurm-podrunner exec [--root DIR]
-// [--hostname NAME] [--bind SRC:DST[:ro]]... [--user UID:GID[:G1,G2...]] [--dir DIR] --
-// PROGRAM ARGS...` in a new mount namespace (Go makes its mounts private: nothing reaches
+// [--hostname NAME] [--bind SRC:DST[:ro]]... [--gpus MINOR,...] [--user UID:GID[:G1,G2...]]
+// [--dir DIR] -- PROGRAM ARGS...` in a new mount namespace (Go makes its mounts private: nothing reaches
 // the host's), and a UTS namespace of its own when it has a hostname. It bind-mounts the
 // pod's volumes where the container mounts them (inside DIR, with /proc, /dev and /sys,
-// and chroots there when there is a root), drops to the pod's user and execs PROGRAM, so
+// and chroots there when there is a root; with --gpus, fake NVIDIA GPUs in it: gpus.go), drops to the pod's user and execs PROGRAM, so
 // the process sees /var/run/secrets/kubernetes.io/serviceaccount and the like as in a pod.
 
 type bind struct {
@@ -85,6 +85,7 @@ func parseUser(s string) (*user, error) {
 func execMain(args []string) error {
 	var binds []bind
 	var u *user
+	var gpus []int
 	dir, root, hostname := "/", "", ""
 	for len(args) > 0 && args[0] != "--" {
 		if len(args) < 2 {
@@ -104,6 +105,8 @@ func execMain(args []string) error {
 			root = args[1]
 		case "--hostname":
 			hostname = args[1]
+		case "--gpus":
+			gpus, err = parseMinors(args[1])
 		default:
 			err = fmt.Errorf("exec: unknown option %s", args[0])
 		}
@@ -136,6 +139,14 @@ func execMain(args []string) error {
 	}
 	for _, b := range binds {
 		if err := mountBind(b); err != nil {
+			return err
+		}
+	}
+	if len(gpus) > 0 {
+		if root == "" {
+			return fmt.Errorf("exec: --gpus needs --root (a /dev and /proc of the container's own)")
+		}
+		if err := mountFakeGPUs(root, gpus); err != nil {
 			return err
 		}
 	}

@@ -75,11 +75,42 @@ func startPodRun(ctx context.Context, r *runner, pod *v1.Pod) *podRun {
 		dir: filepath.Join(r.stateDir, "pods", string(pod.UID))}
 	pr.grace.Store(-1)
 	for _, c := range pod.Spec.Containers {
-		pr.containers = append(pr.containers, &container{spec: c,
-			waiting: &v1.ContainerStateWaiting{Reason: "ContainerCreating"}})
+		pr.containers = append(pr.containers, resumedContainer(pod, c))
 	}
 	go pr.run(ctx)
 	return pr
+}
+
+// resumedContainer is container c of pod as the runner takes it up. One that a runner
+// before it ran (its status says so: a runner started again after it was killed, as a
+// machine's reboot ends a kubelet) ended with that runner, and its next start is a restart:
+// its restart count goes on from the status, with that end as its last termination (exit
+// code 255, reason Unknown, as a kubelet reports a container lost in a reboot), and one that
+// had ended keeps its end, so the restart policy decides as before. A pod that never
+// restarts (restartPolicy Never) is started again all the same, without that record.
+func resumedContainer(pod *v1.Pod, c v1.Container) *container {
+	out := &container{spec: c, waiting: &v1.ContainerStateWaiting{Reason: "ContainerCreating"}}
+	if pod.Spec.RestartPolicy == v1.RestartPolicyNever {
+		return out
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name != c.Name {
+			continue
+		}
+		switch {
+		case cs.State.Running != nil:
+			out.lastTerm = &v1.ContainerStateTerminated{ExitCode: 255, Reason: "Unknown", Message: "the pod runner that ran it stopped",
+				StartedAt: cs.State.Running.StartedAt, FinishedAt: metav1.Now(), ContainerID: cs.ContainerID}
+		case cs.State.Terminated != nil:
+			out.lastTerm, out.waiting = cs.State.Terminated.DeepCopy(), nil
+		case cs.LastTerminationState.Terminated != nil: // waiting to restart
+			out.lastTerm = cs.LastTerminationState.Terminated.DeepCopy()
+		default:
+			continue
+		}
+		out.restarts = cs.RestartCount
+	}
+	return out
 }
 
 // stop asks the pod's processes to end (SIGTERM, the grace period, SIGKILL) and reports
@@ -223,6 +254,13 @@ func (pr *podRun) start(c *container) error {
 		flags |= syscall.CLONE_NEWUTS
 		args = append(args, "--root", pr.r.slurmRoot, "--hostname", podHostname(pr.pod),
 			"--bind", bind{Src: hosts, Dst: "/etc/hosts", RO: true}.String())
+		gpus, err := pr.gpus(&c.spec)
+		if err != nil {
+			return err
+		}
+		if len(gpus) > 0 {
+			args = append(args, "--gpus", formatMinors(gpus))
+		}
 	}
 	for _, m := range c.spec.VolumeMounts {
 		args = append(args, "--bind", bind{Src: filepath.Join(pr.volumeDir(m.Name), m.SubPath), Dst: m.MountPath, RO: m.ReadOnly}.String())

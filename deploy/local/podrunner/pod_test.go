@@ -39,3 +39,49 @@ func TestGracePeriod(t *testing.T) {
 		})
 	}
 }
+
+// A container a runner before this one ran goes on with its restart count, and its next
+// start is a restart (after the end the old runner's stop was, or its own end if it had
+// ended); one never started, or of a pod that never restarts, starts afresh.
+func TestResumedContainer(t *testing.T) {
+	started := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	running := v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: started}}
+	exited := &v1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}
+	crashed := &v1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}
+	for _, tc := range []struct {
+		name         string
+		policy       v1.RestartPolicy
+		status       *v1.ContainerStatus
+		wantRestarts int32
+		wantReason   string // of the last termination; "" for none
+		wantStart    bool
+	}{
+		{"never started", v1.RestartPolicyAlways, nil, 0, "", true},
+		{"creating", v1.RestartPolicyAlways, &v1.ContainerStatus{State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "ContainerCreating"}}}, 0, "", true},
+		{"running", v1.RestartPolicyAlways, &v1.ContainerStatus{RestartCount: 3, State: running}, 3, "Unknown", true},
+		{"running, OnFailure", v1.RestartPolicyOnFailure, &v1.ContainerStatus{RestartCount: 1, State: running}, 1, "Unknown", true},
+		{"in back-off", v1.RestartPolicyAlways, &v1.ContainerStatus{RestartCount: 2, State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}, LastTerminationState: v1.ContainerState{Terminated: crashed}}, 2, "Error", true},
+		{"ended well, OnFailure", v1.RestartPolicyOnFailure, &v1.ContainerStatus{State: v1.ContainerState{Terminated: exited}}, 0, "Completed", false},
+		{"running, Never", v1.RestartPolicyNever, &v1.ContainerStatus{RestartCount: 0, State: running}, 0, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &v1.Pod{Spec: v1.PodSpec{RestartPolicy: tc.policy, Containers: []v1.Container{{Name: "c"}}}}
+			if tc.status != nil {
+				tc.status.Name = "c"
+				pod.Status.ContainerStatuses = []v1.ContainerStatus{{Name: "other", RestartCount: 9, State: running}, *tc.status}
+			}
+			c := resumedContainer(pod, pod.Spec.Containers[0])
+			assert.Equal(t, tc.wantRestarts, c.restarts)
+			if tc.wantReason == "" {
+				assert.Nil(t, c.lastTerm)
+			} else if assert.NotNil(t, c.lastTerm) {
+				assert.Equal(t, tc.wantReason, c.lastTerm.Reason)
+				if tc.wantReason == "Unknown" {
+					assert.Equal(t, int32(255), c.lastTerm.ExitCode)
+					assert.Equal(t, started, c.lastTerm.StartedAt)
+				}
+			}
+			assert.Equal(t, tc.wantStart, (&podRun{pod: pod}).shouldStart(c))
+		})
+	}
+}

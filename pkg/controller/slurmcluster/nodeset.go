@@ -210,7 +210,8 @@ func gresOf(w worker) string {
 // workerPod is the desired pod of a worker. slurmd runs as root (SlurmdUser): it starts
 // jobs as their users. Its /etc/slurm holds the auth/slurm key alone; the configuration
 // comes from slurmctld. With spec.computeDomain, slurmd claims the domain's IMEX channel,
-// which makes NVIDIA's driver add the worker's node to the domain.
+// which makes NVIDIA's driver add the worker's node to the domain. With GPUs and
+// spec.dcgmJobMapping, it mounts the node's DCGM job mapping directory.
 func workerPod(c *slurmv1.SlurmCluster, w worker) (*v1.Pod, error) {
 	image := w.set.Image
 	if image == "" {
@@ -262,6 +263,13 @@ func workerPod(c *slurmv1.SlurmCluster, w worker) (*v1.Pod, error) {
 		// device plugin's resource would take them from the pods Slurm places there. NVIDIA's
 		// container runtime mounts them all for this variable (as for its own monitoring pods).
 		pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, v1.EnvVar{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"})
+		if dir := slurmconf.DCGMJobMappingDir(c); dir != "" {
+			// The node's DCGM job mapping, where the prolog and epilog write and the node's
+			// DCGM exporter reads.
+			pod.Spec.Volumes = append(pod.Spec.Volumes, v1.Volume{Name: "dcgm-job-mapping", VolumeSource: v1.VolumeSource{
+				HostPath: &v1.HostPathVolumeSource{Path: dir, Type: ptr(v1.HostPathDirectoryOrCreate)}}})
+			pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, v1.VolumeMount{Name: "dcgm-job-mapping", MountPath: dir})
+		}
 	}
 	if c.ComputeDomainEnabled() {
 		if err := computedomain.AddChannelClaim(&pod.Spec, ComputeDomainSpec(c).ResourceClaimTemplateName, componentSlurmd); err != nil {

@@ -207,6 +207,45 @@ func TestWorkerGPUsFromItsNode(t *testing.T) {
 	}
 }
 
+// spec.dcgmJobMapping: a worker with GPUs mounts its node's mapping directory where the
+// prolog writes; one without GPUs, or a cluster without the mapping, does not.
+func TestWorkerMountsTheDCGMJobMapping(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		mapping *slurmv1.DCGMJobMappingSpec
+		gpus    int64
+		wantDir string
+	}{
+		{"no mapping", nil, 4, ""},
+		{"default directory", &slurmv1.DCGMJobMappingSpec{}, 4, "/var/lib/dcgm-exporter/job-mapping"},
+		{"own directory", &slurmv1.DCGMJobMappingSpec{Dir: "/srv/dcgm/map"}, 4, "/srv/dcgm/map"},
+		{"worker without GPUs", &slurmv1.DCGMJobMappingSpec{}, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster()
+			c.Spec.DCGMJobMapping = tc.mapping
+			set := &slurmv1.NodeSetSpec{Name: "g", GPUs: &slurmv1.NodeSetGPUs{}}
+			p, err := workerPod(c, worker{set: set, slurm: "n", kubeNode: "n", gpus: tc.gpus})
+			require.NoError(t, err)
+			var hostPath, mountPath string
+			for _, v := range p.Spec.Volumes {
+				if v.HostPath != nil {
+					hostPath = v.HostPath.Path
+					assert.Equal(t, v1.HostPathDirectoryOrCreate, *v.HostPath.Type)
+				}
+			}
+			for _, m := range p.Spec.Containers[0].VolumeMounts {
+				if m.Name == "dcgm-job-mapping" {
+					mountPath = m.MountPath
+					assert.False(t, m.ReadOnly)
+				}
+			}
+			assert.Equal(t, tc.wantDir, hostPath)
+			assert.Equal(t, tc.wantDir, mountPath)
+		})
+	}
+}
+
 // nodeSets[].port: slurmd registers it (--conf Port=), and the pod's port and probe follow.
 func TestWorkerPort(t *testing.T) {
 	for _, port := range []*int32{nil, ptr[int32](6838)} {
