@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -190,57 +189,11 @@ func TestNodeUnhealthyConditionDrainsInSlurm(t *testing.T) {
 	nodeUnhealthyConditionDrainsInSlurm(t, localStack())
 }
 
-// 6. A controller restart neither drains twice nor loses an undrain: a cordoned node
-// running a placeholder job keeps its drain (the same reason, set by the same user at the
-// same time) through the restart, the pod and its job are untouched, and an uncordon after
-// the restart undrains.
+// 6. A controller restart neither drains twice nor loses an undrain
+// (controllerRestartKeepsDrainAndJob).
 func TestNodeControllerRestartKeepsDrainAndJob(t *testing.T) {
-	node := nodes[2]
-	restoreNodeAtEnd(t, node)
-	ns := namespace(t) // its cleanup (the pod and its job gone) runs before restoreNodeAtEnd's
-	p := waitBound(t, ns, createPod(t, ns, "kept", onlyOnNode(node)).Name, 60*time.Second)
-	id := jobIDOf(t, p)
-	guard := "slurmjob-" + strconv.Itoa(int(id))
-	eventually(t, 30*time.Second, "kept Running with its eviction guard", func() bool {
-		_, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(context.Background(), guard, metav1.GetOptions{})
-		return err == nil && getPod(t, ns, "kept").Status.Phase == v1.PodRunning
-	})
-
-	nodeKubectl(t, "cordon", node)
-	want := wellknown.ReasonPrefix + "node " + node + " cordoned in Kubernetes"
-	var drain string // reason|user|time as sinfo shows them
-	eventually(t, 2*time.Second, node+" draining in Slurm with our reason, its job still on it", func() bool {
-		drain = slurmDrain(t, node)
-		return slices.Contains(slurmNodeFlags(t, node), "DRAIN") && strings.HasPrefix(drain, want+"|")
-	})
-	drains := strings.Count(nodeEvents(t, node), wellknown.EventDrainedInSlurm+": ")
-
-	component(t, "restart", "controller")
-	untouched := func() bool {
-		cur := getPod(t, ns, "kept")
-		j, ok := jobByID(t, id)
-		return slurmDrain(t, node) == drain && slices.Contains(slurmNodeFlags(t, node), "DRAIN") &&
-			cur.UID == p.UID && cur.DeletionTimestamp == nil && cur.Status.Phase == v1.PodRunning &&
-			ok && j.State == "RUNNING" && j.Nodes == node
-	}
-	// The restarted controller reconciles every node and pod at once; a drain made again
-	// would show as a new reason time in Slurm (seconds) and a new event.
-	consistently(t, 5*time.Second, "the drain, the pod and its job as they were", untouched)
-	assert.Equal(t, drains, strings.Count(nodeEvents(t, node), wellknown.EventDrainedInSlurm+": "), "no second drain")
-	_, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(context.Background(), guard, metav1.GetOptions{})
-	assert.NoError(t, err, "the eviction guard stays")
-
-	nodeKubectl(t, "uncordon", node)
-	eventually(t, 2*time.Second, node+" undrained after the restart", func() bool {
-		return !slices.Contains(slurmNodeFlags(t, node), "DRAIN")
-	})
-	eventually(t, 2*time.Second, "taint gone from "+node, func() bool { return !hasSlurmTaint(getNode(t, node)) })
-	j, ok := jobByID(t, id)
-	assert.True(t, ok && j.State == "RUNNING" && j.Nodes == node, "job %d still running on %s: %+v", id, node, j)
+	controllerRestartKeepsDrainAndJob(t, localStack(), namespace(t))
 }
-
-// slurmDrain is the Slurm node's reason, who set it and when ("reason|user|time").
-func slurmDrain(t *testing.T, node string) string { return localStack().sinfoLine(t, node, "%E|%u|%H") }
 
 // setNodeCondition sets one condition on the node through the status subresource, as a
 // node health check does (a strategic merge by type: the other conditions stay).

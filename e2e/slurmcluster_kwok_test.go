@@ -112,7 +112,8 @@ func createIndexedGang(t *testing.T, ns, name string, n int32, opts ...podOpt) {
 // TestPodsWithoutMemoryRequestShareANode, TestJobSetIsOneSlurmJob,
 // TestLeaderWorkerSetGroupsAreSlurmJobs, TestSlurmNodeFailureEndsThePod,
 // TestNodeDownDrainedNotRespondingConditions, TestDrainWaitsForTheSlurmJob (here the node's
-// worker pod is drained too), TestNodeUnhealthyConditionDrainsInSlurm and
+// worker pod is drained too), TestNodeUnhealthyConditionDrainsInSlurm,
+// TestNodeControllerRestartKeepsDrainAndJob (the release's controller pod deleted) and
 // TestSlurmrestdOutageIsHarmless (spec.restApi.replicas 0 for a minute) then run on that
 // Slurm too. In the node failure scenarios a node's machine fails (its runner and all the
 // processes it started killed at once, so no worker drains) and comes back (a new runner
@@ -209,5 +210,6 @@ func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 	t.Run("node down, drained, not responding", func(t *testing.T) { nodeDownDrainedNotRespondingConditions(t, st) })
 	t.Run("drain waits for the Slurm job", func(t *testing.T) { drainWaitsForTheSlurmJob(t, st, namespaceOn(t, st)) })
 	t.Run("node unhealthy condition drains in Slurm", func(t *testing.T) { nodeUnhealthyConditionDrainsInSlurm(t, st) })
+	t.Run("controller restart keeps drain and job", func(t *testing.T) { controllerRestartKeepsDrainAndJob(t, st, namespaceOn(t, st)) })
 	t.Run("slurmrestd outage is harmless", func(t *testing.T) { slurmrestdOutageIsHarmless(t, st, namespaceOn(t, st)) })
 }

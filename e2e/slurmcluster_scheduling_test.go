@@ -118,18 +118,19 @@ func installClusterRelease(t *testing.T, ns string, c *slurmv1.SlurmCluster) {
 // clusterRelease is the name of the kubeslurm release installClusterRelease installs.
 const clusterRelease = "slurm-kubeslurm"
 
-// restartReleaseScheduler deletes the scheduler pod of the release in ns, as a node's loss
-// or an eviction would, and waits until the pod its Deployment makes instead is ready.
-func restartReleaseScheduler(t *testing.T, ns string) {
+// restartReleasePod deletes the pod of component (scheduler, controller) of the release in
+// ns, as a node's loss or an eviction would, and waits until the pod its Deployment makes
+// instead is ready.
+func restartReleasePod(t *testing.T, ns, component string) {
 	t.Helper()
 	ctx := context.Background()
-	selector := metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=scheduler,app.kubernetes.io/instance=" + clusterRelease}
+	selector := metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=" + component + ",app.kubernetes.io/instance=" + clusterRelease}
 	pods, err := kube.CoreV1().Pods(ns).List(ctx, selector)
 	require.NoError(t, err)
-	require.Len(t, pods.Items, 1, "the release's one scheduler replica")
+	require.Len(t, pods.Items, 1, "the release's one %s replica", component)
 	old := pods.Items[0].Name
 	require.NoError(t, kube.CoreV1().Pods(ns).Delete(ctx, old, metav1.DeleteOptions{}))
-	eventually(t, 120*time.Second, "a new scheduler pod ready in place of "+old, func() bool {
+	eventually(t, 120*time.Second, "a new "+component+" pod ready in place of "+old, func() bool {
 		pods, err := kube.CoreV1().Pods(ns).List(ctx, selector)
 		require.NoError(t, err)
 		return len(pods.Items) == 1 && pods.Items[0].Name != old && podReady(&pods.Items[0])

@@ -42,6 +42,8 @@ type stack struct {
 	slurm func(t *testing.T, command string, args ...string) string
 	// restartScheduler restarts the scheduler and returns once it runs again.
 	restartScheduler func(t *testing.T)
+	// restartController restarts the controller and returns once it runs again.
+	restartController func(t *testing.T)
 	// loseNode makes node's slurmd stop answering Slurm, with no drain first, and returns
 	// what brings it back (see loseNodeUntilEnd).
 	loseNode func(t *testing.T, node string) (back func())
@@ -207,7 +209,8 @@ func (st stack) jobState(t *testing.T, id string) string {
 // localStack is the local cluster's kubeslurm and Slurm (deploy/local).
 func localStack() stack {
 	return stack{pod: func(*v1.Pod) {}, scheduler: wellknown.SchedulerName, nodes: nodes, slurm: slurmCmd, reactIn: 2 * time.Second,
-		restartScheduler: func(t *testing.T) { component(t, "restart", "scheduler") },
+		restartScheduler:  func(t *testing.T) { component(t, "restart", "scheduler") },
+		restartController: func(t *testing.T) { component(t, "restart", "controller") },
 		// The node's slurmd stopped (SIGTERM: slurmd exits without draining its node).
 		loseNode: func(t *testing.T, node string) func() {
 			component(t, "stop", "slurmd-"+node)
@@ -223,7 +226,8 @@ func localStack() stack {
 // its runner of runners, with the release of installClusterRelease placing pods through it.
 func clusterStack(c *slurmv1.SlurmCluster, runners map[string]*podRunner) stack {
 	nodes := slices.Sorted(maps.Keys(runners))
-	return stack{pod: onCluster, scheduler: clusterScheduler, nodes: nodes, reactIn: 30 * time.Second, restartScheduler: func(t *testing.T) { restartReleaseScheduler(t, c.Namespace) },
+	return stack{pod: onCluster, scheduler: clusterScheduler, nodes: nodes, reactIn: 30 * time.Second, restartScheduler: func(t *testing.T) { restartReleasePod(t, c.Namespace, "scheduler") },
+		restartController: func(t *testing.T) { restartReleasePod(t, c.Namespace, "controller") },
 		// The node's machine fails (its runner and every process crash) and later starts
 		// again: its runner, started anew, starts the worker pod's containers again, as a
 		// kubelet does after a reboot, counting a restart.
@@ -852,4 +856,62 @@ func nodeUnhealthyConditionDrainsInSlurm(t *testing.T, st stack) {
 	removeNodeCondition(t, node, gpuCondition)
 	eventually(t, st.reactIn, node+" undrained once the condition is gone", undrained)
 	assert.Contains(t, nodeEvents(t, node), wellknown.EventUndrainedInSlurm)
+}
+
+// controllerRestartKeepsDrainAndJob: a controller restart neither drains twice nor loses
+// an undrain: a cordoned node running a placeholder job keeps its drain (the same reason,
+// set by the same user at the same time) through the restart, the pod and its job are
+// untouched, and an uncordon after the restart undrains.
+func controllerRestartKeepsDrainAndJob(t *testing.T, st stack, ns string) {
+	ctx := context.Background()
+	node := st.nodes[2]
+	st.restoreNodeAtEnd(t, node)
+	p := waitBound(t, ns, createPod(t, ns, "kept", st.pod, onlyOnNode(node)).Name, 60*time.Second)
+	// Gone before restoreNodeAtEnd waits for idle nodes (clean-ups run last in, first out).
+	t.Cleanup(func() {
+		if err := kube.CoreV1().Pods(ns).Delete(ctx, "kept", metav1.DeleteOptions{}); !apierrors.IsNotFound(err) {
+			require.NoError(t, err)
+		}
+		waitGone(t, ns, "kept", 60*time.Second)
+	})
+	id := jobIDOf(t, p)
+	guard := "slurmjob-" + strconv.Itoa(int(id))
+	eventually(t, 30*time.Second, "kept Running with its eviction guard", func() bool {
+		_, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, guard, metav1.GetOptions{})
+		return err == nil && getPod(t, ns, "kept").Status.Phase == v1.PodRunning
+	})
+
+	nodeKubectl(t, "cordon", node)
+	want := wellknown.ReasonPrefix + "node " + node + " cordoned in Kubernetes"
+	drain := func() string { return st.sinfoLine(t, node, "%E|%u|%H") } // reason|user|time
+	var drained string
+	eventually(t, st.reactIn, node+" draining in Slurm with our reason, its job still on it", func() bool {
+		drained = drain()
+		return slices.Contains(st.nodeFlags(t, node), "DRAIN") && strings.HasPrefix(drained, want+"|")
+	})
+	drains := strings.Count(nodeEvents(t, node), wellknown.EventDrainedInSlurm+": ")
+
+	st.restartController(t)
+	untouched := func() bool {
+		cur := getPod(t, ns, "kept")
+		j, ok := st.jobByID(t, id)
+		return drain() == drained && slices.Contains(st.nodeFlags(t, node), "DRAIN") &&
+			cur.UID == p.UID && cur.DeletionTimestamp == nil && cur.Status.Phase == v1.PodRunning &&
+			ok && j.State == "RUNNING" && j.Nodes == node
+	}
+	// The restarted controller reconciles every node and pod at once; a drain made again
+	// would show as a new reason time in Slurm (seconds) and a new event. Watched for as long
+	// as the controller may take to act (its lease, then its first reconcile), 5 s at least.
+	consistently(t, max(5*time.Second, st.reactIn), "the drain, the pod and its job as they were", untouched)
+	assert.Equal(t, drains, strings.Count(nodeEvents(t, node), wellknown.EventDrainedInSlurm+": "), "no second drain")
+	_, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, guard, metav1.GetOptions{})
+	assert.NoError(t, err, "the eviction guard stays")
+
+	nodeKubectl(t, "uncordon", node)
+	eventually(t, st.reactIn, node+" undrained after the restart", func() bool {
+		return !slices.Contains(st.nodeFlags(t, node), "DRAIN")
+	})
+	eventually(t, st.reactIn, "taint gone from "+node, func() bool { return !hasSlurmTaint(getNode(t, node)) })
+	j, ok := st.jobByID(t, id)
+	assert.True(t, ok && j.State == "RUNNING" && j.Nodes == node, "job %d still running on %s: %+v", id, node, j)
 }
