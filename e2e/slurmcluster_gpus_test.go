@@ -96,8 +96,7 @@ func TestSlurmClusterWorkerGPUs(t *testing.T) {
 		node, _ := slurmCommand(t, c, "/usr/bin/scontrol", "show", "node", "-d", runnerNode)
 		require.Fail(t, "sbatch --gres=gpu:2 failed", "%s\n%s", out, node)
 	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	job := strings.TrimSpace(lines[len(lines)-1])
+	job := sbatchJobID(out)
 	cancelled := false
 	t.Cleanup(func() { // the worker's teardown would wait for the job
 		if !cancelled {

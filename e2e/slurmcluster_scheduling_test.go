@@ -446,8 +446,7 @@ func TestSlurmClusterTopologyBlocks(t *testing.T) {
 
 	out, ok = slurmCommand(t, c, "/usr/bin/sbatch", "--parsable", "--chdir", "/tmp", "--output", "/dev/null", "--wrap", "true")
 	require.True(t, ok, out)
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	id := strings.TrimSpace(lines[len(lines)-1])
+	id := sbatchJobID(out)
 	eventually(t, 60*time.Second, "job "+id+" COMPLETED on "+runnerNode, func() bool {
 		out, _ := slurmCommand(t, c, "/usr/bin/scontrol", "show", "job", "-o", id)
 		return regexpField(out, "JobState") == "COMPLETED" && regexpField(out, "NodeList") == runnerNode

@@ -76,6 +76,25 @@ func slurmCommand(t *testing.T, c *slurmv1.SlurmCluster, args ...string) (string
 	return slurmCommandWithToken(t, c, clusterToken(t, c), args...)
 }
 
+// commandOutput is what the command of slurmCommand printed: its pod's log without the pod
+// runner's header lines.
+func commandOutput(log string) string {
+	var lines []string
+	for _, l := range strings.Split(log, "\n") {
+		if !strings.HasPrefix(l, "===== ") {
+			lines = append(lines, l)
+		}
+	}
+	return strings.TrimSpace(strings.Join(lines, "\n"))
+}
+
+// sbatchJobID is the job id in the log of slurmCommand's `sbatch --parsable`: its last line
+// (a warning may come before it).
+func sbatchJobID(log string) string {
+	out := commandOutput(log)
+	return strings.TrimSpace(out[strings.LastIndex(out, "\n")+1:])
+}
+
 // slurmCommandWithToken is slurmCommand authenticated with token.
 func slurmCommandWithToken(t *testing.T, c *slurmv1.SlurmCluster, token string, args ...string) (string, bool) {
 	t.Helper()

@@ -262,14 +262,7 @@ func clusterStack(c *slurmv1.SlurmCluster, runners map[string]*podRunner) stack 
 			t.Helper()
 			out, ok := slurmCommand(t, c, append([]string{"/usr/bin/" + command}, args...)...)
 			require.True(t, ok, "%s %v: %s", command, args, out)
-			// The output is the pod's log: the pod runner's header line, then the command's.
-			var lines []string
-			for _, l := range strings.Split(out, "\n") {
-				if !strings.HasPrefix(l, "===== ") {
-					lines = append(lines, l)
-				}
-			}
-			return strings.TrimSpace(strings.Join(lines, "\n"))
+			return commandOutput(out)
 		}}
 }
 
