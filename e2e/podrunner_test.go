@@ -17,6 +17,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubeslurm/kubeslurm/deploy/local/mountns"
 )
 
 // startPodRunner runs bin/kubeslurm-podrunner for the test (log in .local/logs/podrunner.log;
@@ -112,8 +114,9 @@ func (r *podRunner) stop(t *testing.T) {
 	r.cmd = nil
 }
 
-// crash kills the runner and every process it started at once (SIGKILL), as the loss of
-// its machine would: no container stops gracefully (a worker's wrapper cannot drain), no
+// crash kills the runner and every process it started at once (SIGKILL), those that left
+// its process tree (a job step slurmstepd daemonized) by their container's mount namespace,
+// as the loss of its machine would: no container stops gracefully (a worker's wrapper cannot drain), no
 // pod status is written, and the node keeps the status it had. Only an adopted node's
 // runner crashes in the tests: kwok keeps that node Ready, as the API server would see it
 // for the minute before the node lifecycle controller acts. start brings the machine back.
@@ -121,8 +124,20 @@ func (r *podRunner) crash(t *testing.T) {
 	t.Helper()
 	require.NotNil(t, r.cmd, "the runner of %s runs", r.node)
 	procs := freezeTree(r.cmd.Process.Pid)
+	containers := map[string]bool{}
+	for _, pid := range procs[1:] {
+		if ns, err := mountns.Of(pid); err == nil {
+			containers[ns] = true
+		}
+	}
 	for _, pid := range procs {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	own, err := mountns.Of(os.Getpid())
+	require.NoError(t, err)
+	delete(containers, own) // the runner's own, and the tests'
+	for ns := range containers {
+		require.NoError(t, mountns.Kill(ns), "the crashed machine's processes")
 	}
 	select {
 	case <-r.exited:

@@ -24,6 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
+
+	"github.com/kubeslurm/kubeslurm/deploy/local/mountns"
 )
 
 // podRun is one pod bound to the runner's node while it runs: its volumes on disk, one
@@ -51,6 +53,7 @@ type podRun struct {
 type container struct {
 	spec      v1.Container
 	proc      *exec.Cmd
+	mountNS   string // the process's mount namespace: all of the container's processes
 	exited    chan struct{}
 	exitCode  int
 	startedAt metav1.Time
@@ -86,13 +89,10 @@ func startPodRun(ctx context.Context, r *runner, pod *v1.Pod) *podRun {
 // machine's reboot ends a kubelet) ended with that runner, and its next start is a restart:
 // its restart count goes on from the status, with that end as its last termination (exit
 // code 255, reason Unknown, as a kubelet reports a container lost in a reboot), and one that
-// had ended keeps its end, so the restart policy decides as before. A pod that never
-// restarts (restartPolicy Never) is started again all the same, without that record.
+// had ended keeps its end, so the restart policy decides as before: a pod that never
+// restarts (restartPolicy Never) keeps the lost run as its container's end and fails.
 func resumedContainer(pod *v1.Pod, c v1.Container) *container {
 	out := &container{spec: c, waiting: &v1.ContainerStateWaiting{Reason: "ContainerCreating"}}
-	if pod.Spec.RestartPolicy == v1.RestartPolicyNever {
-		return out
-	}
 	for _, cs := range pod.Status.ContainerStatuses {
 		if cs.Name != c.Name {
 			continue
@@ -101,6 +101,9 @@ func resumedContainer(pod *v1.Pod, c v1.Container) *container {
 		case cs.State.Running != nil:
 			out.lastTerm = &v1.ContainerStateTerminated{ExitCode: 255, Reason: "Unknown", Message: "the pod runner that ran it stopped",
 				StartedAt: cs.State.Running.StartedAt, FinishedAt: metav1.Now(), ContainerID: cs.ContainerID}
+			if pod.Spec.RestartPolicy == v1.RestartPolicyNever {
+				out.waiting = nil // terminated for good
+			}
 		case cs.State.Terminated != nil:
 			out.lastTerm, out.waiting = cs.State.Terminated.DeepCopy(), nil
 		case cs.LastTerminationState.Terminated != nil: // waiting to restart
@@ -211,7 +214,8 @@ func (pr *podRun) ended(c *container, now time.Time) {
 		c.lastTerm.Message = msg
 	}
 	klog.InfoS("container exited", "pod", klog.KObj(pr.pod), "container", c.spec.Name, "exitCode", c.exitCode)
-	c.proc, c.ready = nil, false
+	pr.killLeftovers(c)
+	c.proc, c.ready, c.mountNS = nil, false, ""
 	if pr.shouldStart(c) {
 		// Back off as a kubelet does: 10 s, doubling, at most 5 min.
 		backoff := 10 * time.Second << min(c.restarts, 5)
@@ -288,6 +292,11 @@ func (pr *podRun) start(c *container) error {
 	}
 	if c.lastTerm != nil {
 		c.restarts++
+	}
+	// Start returns once the child has exec'd, so after its unshare: the namespace is its own.
+	c.mountNS, err = mountns.Of(cmd.Process.Pid)
+	if err != nil {
+		klog.ErrorS(err, "reading the container's mount namespace: its leftovers will not be ended", "pod", klog.KObj(pr.pod), "container", c.spec.Name)
 	}
 	c.proc, c.exited, c.startedAt, c.waiting, c.ready = cmd, make(chan struct{}), metav1.Now(), nil, false
 	c.readyFails, c.liveFails = 0, 0
@@ -527,8 +536,8 @@ func portOf(c *v1.Container, p intstr.IntOrString) (int, error) {
 }
 
 // killAll stops the pod as a kubelet does: SIGTERM to each container's main process (its
-// PID 1), SIGKILL to everything of the container after the grace period, or once the main
-// process has exited (a container's leftovers die with it).
+// PID 1), SIGKILL to everything of the container (its mount namespace) after the grace
+// period, or once the main process has exited (a container's leftovers die with it).
 func (pr *podRun) killAll() {
 	for _, c := range pr.containers {
 		if c.proc != nil {
@@ -553,10 +562,23 @@ func (pr *podRun) killAll() {
 				}
 			}
 		}
-		// The rest of its process group too (and the container itself past the grace).
+		// The rest of its process group too (and the container itself past the grace),
+		// then whatever left the group (a job step in a session of its own).
 		_ = syscall.Kill(-c.proc.Process.Pid, syscall.SIGKILL)
 		<-c.exited
+		pr.killLeftovers(c)
 		klog.InfoS("container stopped", "pod", klog.KObj(pr.pod), "container", c.spec.Name)
+	}
+}
+
+// killLeftovers ends what is left of container c's processes once its main process has
+// gone, as a container's processes end with it.
+func (pr *podRun) killLeftovers(c *container) {
+	if c.mountNS == "" {
+		return
+	}
+	if err := mountns.Kill(c.mountNS); err != nil {
+		klog.ErrorS(err, "ending the container's leftover processes", "pod", klog.KObj(pr.pod), "container", c.spec.Name)
 	}
 }
 

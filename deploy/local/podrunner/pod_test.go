@@ -42,7 +42,8 @@ func TestGracePeriod(t *testing.T) {
 
 // A container a runner before this one ran goes on with its restart count, and its next
 // start is a restart (after the end the old runner's stop was, or its own end if it had
-// ended); one never started, or of a pod that never restarts, starts afresh.
+// ended); one never started starts afresh, and one of a pod that never restarts ends with
+// the lost run.
 func TestResumedContainer(t *testing.T) {
 	started := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	running := v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: started}}
@@ -55,14 +56,17 @@ func TestResumedContainer(t *testing.T) {
 		wantRestarts int32
 		wantReason   string // of the last termination; "" for none
 		wantStart    bool
+		wantEnded    bool // terminated, not waiting
 	}{
-		{"never started", v1.RestartPolicyAlways, nil, 0, "", true},
-		{"creating", v1.RestartPolicyAlways, &v1.ContainerStatus{State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "ContainerCreating"}}}, 0, "", true},
-		{"running", v1.RestartPolicyAlways, &v1.ContainerStatus{RestartCount: 3, State: running}, 3, "Unknown", true},
-		{"running, OnFailure", v1.RestartPolicyOnFailure, &v1.ContainerStatus{RestartCount: 1, State: running}, 1, "Unknown", true},
-		{"in back-off", v1.RestartPolicyAlways, &v1.ContainerStatus{RestartCount: 2, State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}, LastTerminationState: v1.ContainerState{Terminated: crashed}}, 2, "Error", true},
-		{"ended well, OnFailure", v1.RestartPolicyOnFailure, &v1.ContainerStatus{State: v1.ContainerState{Terminated: exited}}, 0, "Completed", false},
-		{"running, Never", v1.RestartPolicyNever, &v1.ContainerStatus{RestartCount: 0, State: running}, 0, "", true},
+		{"never started", v1.RestartPolicyAlways, nil, 0, "", true, false},
+		{"creating", v1.RestartPolicyAlways, &v1.ContainerStatus{State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "ContainerCreating"}}}, 0, "", true, false},
+		{"running", v1.RestartPolicyAlways, &v1.ContainerStatus{RestartCount: 3, State: running}, 3, "Unknown", true, false},
+		{"running, OnFailure", v1.RestartPolicyOnFailure, &v1.ContainerStatus{RestartCount: 1, State: running}, 1, "Unknown", true, false},
+		{"in back-off", v1.RestartPolicyAlways, &v1.ContainerStatus{RestartCount: 2, State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}, LastTerminationState: v1.ContainerState{Terminated: crashed}}, 2, "Error", true, false},
+		{"ended well, OnFailure", v1.RestartPolicyOnFailure, &v1.ContainerStatus{State: v1.ContainerState{Terminated: exited}}, 0, "Completed", false, true},
+		{"running, Never", v1.RestartPolicyNever, &v1.ContainerStatus{RestartCount: 0, State: running}, 0, "Unknown", false, true},
+		{"creating, Never", v1.RestartPolicyNever, &v1.ContainerStatus{State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "ContainerCreating"}}}, 0, "", true, false},
+		{"never started, Never", v1.RestartPolicyNever, nil, 0, "", true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := &v1.Pod{Spec: v1.PodSpec{RestartPolicy: tc.policy, Containers: []v1.Container{{Name: "c"}}}}
@@ -82,6 +86,7 @@ func TestResumedContainer(t *testing.T) {
 				}
 			}
 			assert.Equal(t, tc.wantStart, (&podRun{pod: pod}).shouldStart(c))
+			assert.Equal(t, tc.wantEnded, c.waiting == nil, "waiting: %v", c.waiting)
 		})
 	}
 }
