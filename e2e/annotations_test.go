@@ -2,7 +2,8 @@ package e2e
 
 // The slurmjob annotations, ours and slurm-bridge's aliases, as Slurm itself shows them.
 //
-// The local cluster has no slurmdbd and no AccountingStorageType: Slurm then takes any
+// The local cluster has no slurmdbd and no AccountingStorageType (nor has the SlurmCluster
+// of TestSlurmClusterWorkersOnKwokNodes, which runs annotationsReachTheSlurmJob too): Slurm then takes any
 // account and QOS name without checking it (scontrol shows the QOS only while the job is
 // pending), and stores a wckey (squeue shows it, scontrol does not here), so all three are
 // checked. It has no reservation, no
@@ -14,7 +15,7 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,9 +31,9 @@ import (
 )
 
 // jobFields is `scontrol show job` as Key=Value pairs (values here carry no spaces).
-func jobFields(t *testing.T, id int32) map[string]string {
+func (st stack) jobFields(t *testing.T, id int32) map[string]string {
 	t.Helper()
-	out := slurmCmd(t, "scontrol", "show", "job", strconv.Itoa(int(id)))
+	out := st.slurm(t, "scontrol", "show", "job", strconv.Itoa(int(id)))
 	f := map[string]string{}
 	for _, tok := range strings.Fields(out) {
 		if k, v, ok := strings.Cut(tok, "="); ok {
@@ -42,20 +43,20 @@ func jobFields(t *testing.T, id int32) map[string]string {
 	return f
 }
 
-// wckeyOf is the job's wckey as squeue shows it.
-func wckeyOf(t *testing.T, id int32) string {
+// wckey is the job's wckey as squeue shows it.
+func (st stack) wckey(t *testing.T, id int32) string {
 	t.Helper()
-	return slurmCmd(t, "squeue", "-h", "--states=all", "-j", strconv.Itoa(int(id)), "-O", "WCKey")
+	return strings.TrimSpace(st.slurm(t, "squeue", "-h", "--states=all", "-j", strconv.Itoa(int(id)), "-O", "WCKey"))
 }
 
-// withNodeFeature gives an idle Slurm node the feature (active and available) for the
-// rest of the test, and returns its name.
-func withNodeFeature(t *testing.T, feature string) string {
+// withNodeFeature gives an idle Slurm node of the stack the feature (active and available)
+// for the rest of the test, and returns its name.
+func (st stack) withNodeFeature(t *testing.T, feature string) string {
 	t.Helper()
 	var node string
 	eventually(t, 60*time.Second, "an idle Slurm node", func() bool {
-		for _, line := range strings.Split(slurmCmd(t, "sinfo", "-h", "-N", "-p", "k8s", "-o", "%N %t"), "\n") {
-			if n, ok := strings.CutSuffix(line, " idle"); ok {
+		for _, line := range strings.Split(st.slurm(t, "sinfo", "-h", "-N", "-p", st.partition, "-o", "%N %t"), "\n") {
+			if n, ok := strings.CutSuffix(line, " idle"); ok && slices.Contains(st.nodes, n) {
 				node = n
 				return true
 			}
@@ -63,14 +64,14 @@ func withNodeFeature(t *testing.T, feature string) string {
 		return false
 	})
 	before := map[string]string{}
-	for _, tok := range strings.Fields(slurmCmd(t, "scontrol", "show", "node", node)) {
+	for _, tok := range strings.Fields(st.slurm(t, "scontrol", "show", "node", node)) {
 		if k, v, ok := strings.Cut(tok, "="); ok && (k == "AvailableFeatures" || k == "ActiveFeatures") {
 			before[k] = strings.TrimPrefix(v, "(null)")
 		}
 	}
-	slurmCmd(t, "scontrol", "update", "nodename="+node, "AvailableFeatures="+feature, "ActiveFeatures="+feature)
+	st.slurm(t, "scontrol", "update", "nodename="+node, "AvailableFeatures="+feature, "ActiveFeatures="+feature)
 	t.Cleanup(func() {
-		_, _ = runCmd(filepath.Join(runDir, "bin", "scontrol"), "update", "nodename="+node,
+		st.slurm(t, "scontrol", "update", "nodename="+node,
 			"AvailableFeatures="+before["AvailableFeatures"], "ActiveFeatures="+before["ActiveFeatures"])
 	})
 	return node
@@ -98,59 +99,66 @@ func annotated(kv map[string]string) podOpt {
 
 // waitDependencyReason waits until Slurm gives the job's pending reason as Dependency (it
 // may first show another until its scheduler has looked at the job).
-func waitDependencyReason(t *testing.T, id int32) {
+func (st stack) waitDependencyReason(t *testing.T, id int32) {
 	t.Helper()
 	eventually(t, 30*time.Second, fmt.Sprintf("job %d pending on its dependency", id), func() bool {
-		j, ok := jobByID(t, id)
+		j, ok := st.jobByID(t, id)
 		return ok && j.State == "PENDING" && j.Reason == "Dependency"
 	})
 }
 
 // requireJobFields checks fields of `scontrol show job`.
-func requireJobFields(t *testing.T, id int32, want map[string]string) {
+func (st stack) requireJobFields(t *testing.T, id int32, want map[string]string) {
 	t.Helper()
-	got := jobFields(t, id)
+	got := st.jobFields(t, id)
 	for k, v := range want {
 		assert.Equal(t, v, got[k], "job %d %s", id, k)
 	}
 }
 
 func TestAnnotationsReachTheSlurmJob(t *testing.T) {
-	ns := namespace(t)
-	node := withNodeFeature(t, "kse2e")
-	hold := sbatchJob(t, "--hold", "-J", ns+"/hold", "--wrap", "sleep 600") // runs only once released
+	annotationsReachTheSlurmJob(t, localStack(), namespace(t))
+}
+
+// annotationsReachTheSlurmJob: each of a pod's slurmjob annotations shows in its job as
+// `scontrol show job` and squeue print it; the pod waits on the job its dependency names,
+// then runs on the one node with the feature it asks for.
+func annotationsReachTheSlurmJob(t *testing.T, st stack, ns string) {
+	node := st.withNodeFeature(t, "kse2e")
+	hold := st.sbatch(t, "--hold", "-J", ns+"/hold", "-o", "/dev/null", "--wrap", "sleep 600") // runs only once released
 	a := func(k string) string { return slurmjob.Annotation(k) }
-	createPod(t, ns, "every", annotated(map[string]string{
-		a("partition"): "k8s", a("account"): "physics", a("qos"): "normal", a("wckey"): "proj-e2e",
-		a("time-limit"): "1:30:00", a("job-name"): ns + "/every-job", a("priority"): "1000", a("nice"): "10",
+	// Within the partition's MaxTime (1 h on a SlurmCluster's example).
+	createPod(t, ns, "every", st.pod, annotated(map[string]string{
+		a("partition"): st.partition, a("account"): "physics", a("qos"): "normal", a("wckey"): "proj-e2e",
+		a("time-limit"): "0:45:00", a("job-name"): ns + "/every-job", a("priority"): "1000", a("nice"): "10",
 		a("constraints"): "kse2e", a("cpus-per-task"): "2", a("mem-per-node"): "512M",
 		a("min-nodes"): "1", a("max-nodes"): "1", a("exclusive"): "true",
 		a("user-id"): "65534", a("group-id"): "65534",
 		a("dependency"): fmt.Sprintf("afterany:%d", hold),
 	}))
 	id := waitJobID(t, ns, "every", 60*time.Second)
-	waitDependencyReason(t, id)
-	requireJobFields(t, id, map[string]string{
-		"JobName": ns + "/every-job", "Partition": "k8s", "Account": "physics", "QOS": "normal",
-		"TimeLimit": "01:30:00", "Priority": "1000", "Nice": "10", "Features": "kse2e",
+	st.waitDependencyReason(t, id)
+	st.requireJobFields(t, id, map[string]string{
+		"JobName": ns + "/every-job", "Partition": st.partition, "Account": "physics", "QOS": "normal",
+		"TimeLimit": "00:45:00", "Priority": "1000", "Nice": "10", "Features": "kse2e",
 		"MinCPUsNode": "2", "MinMemoryNode": "512M", "NumNodes": "1-1", "Exclusive": "NODE",
 		"UserId": "nobody(65534)", "GroupId": "nogroup(65534)",
 		"Dependency": fmt.Sprintf("afterany:%d(unfulfilled)", hold),
 	})
-	assert.Equal(t, "proj-e2e", wckeyOf(t, id))
+	assert.Equal(t, "proj-e2e", st.wckey(t, id))
 
 	// The pod waits on the job it depends on, then runs where the constraint allows.
 	time.Sleep(3 * time.Second)
 	assert.Empty(t, getPod(t, ns, "every").Spec.NodeName, "bound while its job waits on a dependency")
-	slurmCmd(t, "scancel", strconv.Itoa(int(hold)))
+	st.slurm(t, "scancel", strconv.Itoa(int(hold)))
 	p := waitBound(t, ns, "every", 180*time.Second)
 	assert.Equal(t, node, p.Spec.NodeName, "the only node with feature kse2e")
-	assert.Equal(t, "RUNNING", jobFields(t, id)["JobState"])
+	assert.Equal(t, "RUNNING", st.jobFields(t, id)["JobState"])
 }
 
 func TestAnnotationAliasesGiveTheSameJob(t *testing.T) {
 	ns := namespace(t)
-	node := withNodeFeature(t, "kse2e")
+	node := localStack().withNodeFeature(t, "kse2e")
 	// Both jobs wait behind a job holding the one node they may use, so their fields are
 	// read while pending (without accounting, scontrol shows no QOS once a job runs).
 	blocker := sbatchJob(t, "-w", node, "--exclusive", "-J", ns+"/blocker", "--wrap", "sleep 600")
@@ -186,14 +194,14 @@ func TestAnnotationAliasesGiveTheSameJob(t *testing.T) {
 	}
 	for _, id := range []int32{idBridge, idOurs} {
 		waitJobState(t, id, "PENDING")
-		requireJobFields(t, id, want)
+		localStack().requireJobFields(t, id, want)
 	}
-	fb, fo := jobFields(t, idBridge), jobFields(t, idOurs)
+	fb, fo := localStack().jobFields(t, idBridge), localStack().jobFields(t, idOurs)
 	assert.Equal(t, "NO", fb["Exclusive"], "exclusive=false")
 	for _, k := range []string{"Exclusive", "OverSubscribe", "ReqTRES", "Nice", "Dependency", "Contiguous"} {
 		assert.Equal(t, fo[k], fb[k], "%s of the job from slurm-bridge's keys and of ours", k)
 	}
-	assert.Equal(t, "proj-e2e", wckeyOf(t, idBridge))
+	assert.Equal(t, "proj-e2e", localStack().wckey(t, idBridge))
 
 	// Admission reads the aliases too: a bad value, or one that contradicts ours, is refused
 	// naming the key.
@@ -242,8 +250,8 @@ func TestAnnotationDependencyOnAPodGroup(t *testing.T) {
 	prepJob := jobIDOf(t, getPod(t, ns, prep[0].Name))
 	createPod(t, ns, "eval", withAnnotation("dependency", "afterany:PodGroup/prep"))
 	id := waitJobID(t, ns, "eval", 60*time.Second)
-	waitDependencyReason(t, id) // as squeue shows it
-	requireJobFields(t, id, map[string]string{"Dependency": fmt.Sprintf("afterany:%d(unfulfilled)", prepJob)})
+	localStack().waitDependencyReason(t, id) // as squeue shows it
+	localStack().requireJobFields(t, id, map[string]string{"Dependency": fmt.Sprintf("afterany:%d(unfulfilled)", prepJob)})
 	time.Sleep(3 * time.Second)
 	assert.Empty(t, getPod(t, ns, "eval").Spec.NodeName, "not bound while prep's job runs")
 
@@ -261,12 +269,12 @@ func TestAnnotationDependencyOnAPodGroup(t *testing.T) {
 		require.NoError(t, kube.CoreV1().Pods(ns).Delete(context.Background(), p.Name, metav1.DeleteOptions{}))
 	}
 	waitBound(t, ns, "eval", 180*time.Second)
-	assert.Equal(t, "RUNNING", jobFields(t, id)["JobState"])
+	assert.Equal(t, "RUNNING", localStack().jobFields(t, id)["JobState"])
 
 	// late gets a job: after-late is submitted with a dependency on it (the scheduler
 	// retries waiting pods at its resync, every 30 s).
 	late := createPodGroup(t, ns, "late", 1, nil)
 	lateJob := waitJobID(t, ns, late[0].Name, 60*time.Second)
 	afterLate := waitJobID(t, ns, "after-late", 90*time.Second)
-	assert.Contains(t, jobFields(t, afterLate)["Dependency"], fmt.Sprintf("afterany:%d", lateJob))
+	assert.Contains(t, localStack().jobFields(t, afterLate)["Dependency"], fmt.Sprintf("afterany:%d", lateJob))
 }

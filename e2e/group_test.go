@@ -131,26 +131,28 @@ func TestPodGroupLosingAMemberEndsTheGroup(t *testing.T) {
 }
 
 func TestPodGroupLargerThanSlurmWaitsForANode(t *testing.T) {
-	ns := namespace(t)
-	size := int32(len(nodes) + 1)
-	pods := createPodGroup(t, ns, "big", size, nil)
+	podGroupLargerThanSlurmWaitsForANode(t, localStack(), namespace(t))
+}
 
-	// Slurm keeps the job pending (PartitionNodeLimit: the partition has too few nodes);
-	// no member is bound meanwhile.
+// podGroupLargerThanSlurmWaitsForANode: a group of one pod more than the stack has nodes
+// is one job Slurm keeps pending (PartitionNodeLimit: the partition has too few nodes),
+// with no member bound; once one more node joins Kubernetes and Slurm, the group starts on
+// all of them, in rank order.
+func podGroupLargerThanSlurmWaitsForANode(t *testing.T, st stack, ns string) {
+	size := int32(len(st.nodes) + 1)
+	pods := createPodGroup(t, ns, "big", size, nil, st.pod)
 	eventually(t, 30*time.Second, "the group's one job pending in Slurm", func() bool {
-		jobs := activeJobsNamed(t, ns+"/big")
+		jobs := st.activeJobsNamed(t, ns+"/big")
 		return len(jobs) == 1 && jobs[0].State == "PENDING"
 	})
 	consistently(t, 5*time.Second, "no member bound while the group cannot fit", func() bool {
 		return boundCount(t, pods) == 0
 	})
-	t.Logf("pending reason: %s", activeJobsNamed(t, ns+"/big")[0].Reason)
+	t.Logf("pending reason: %s", st.activeJobsNamed(t, ns+"/big")[0].Reason)
 
-	// One more node joins Kubernetes and Slurm: the group starts on all of them.
-	extra := fmt.Sprintf("node-%d", size)
-	addNode(t, extra)
+	t.Logf("added node %s", st.addNode(t))
 	bound := waitAllBound(t, pods, 90*time.Second)
-	requireOneJobInRankOrder(t, localStack(), bound)
+	requireOneJobInRankOrder(t, st, bound)
 }
 
 func TestIndexedJobGangKeepsIndexRankOrder(t *testing.T) {
@@ -170,19 +172,10 @@ func addNode(t *testing.T, name string) {
 	component(t, "start", slurmd)
 	t.Cleanup(func() {
 		// Runs before the namespace's clean-up: end the pods on the node here.
-		onNode := metav1.ListOptions{FieldSelector: "spec.nodeName=" + name}
-		list, err := kube.CoreV1().Pods("").List(context.Background(), onNode)
-		require.NoError(t, err)
-		for _, p := range list.Items {
-			_ = kube.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)})
-		}
-		eventually(t, 60*time.Second, "no pod left on "+name, func() bool {
-			list, err := kube.CoreV1().Pods("").List(context.Background(), onNode)
-			return err == nil && len(list.Items) == 0
-		})
+		endPodsOn(t, name, "")
 		waitSlurmNodeIdle(t, name)
 		component(t, "stop", slurmd)
-		err = kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+		err := kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
 		if !apierrors.IsNotFound(err) {
 			require.NoError(t, err)
 		}
@@ -194,6 +187,23 @@ func addNode(t *testing.T, name string) {
 		n, err := kube.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
 		// Not "idle": a job waiting for this node may take it the moment it registers.
 		return err == nil && readyOf(n) == v1.ConditionTrue && slices.Contains(strings.Fields(slurmCmd(t, "sinfo", "-h", "-N", "-o", "%N")), name)
+	})
+}
+
+// endPodsOn deletes every pod bound to node that selector (a label selector, "" for all)
+// matches at once (grace 0) and waits until none is left there: a test's clean-up that
+// takes a node away runs before its namespace's.
+func endPodsOn(t *testing.T, node, selector string) {
+	t.Helper()
+	onNode := metav1.ListOptions{FieldSelector: "spec.nodeName=" + node, LabelSelector: selector}
+	list, err := kube.CoreV1().Pods("").List(context.Background(), onNode)
+	require.NoError(t, err)
+	for _, p := range list.Items {
+		_ = kube.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)})
+	}
+	eventually(t, 60*time.Second, "no pod left on "+node, func() bool {
+		list, err := kube.CoreV1().Pods("").List(context.Background(), onNode)
+		return err == nil && len(list.Items) == 0
 	})
 }
 
@@ -258,60 +268,62 @@ func podEventsByName(t *testing.T, ns, name string) string {
 // sbatchJob submits an sbatch job and cancels it at the test's end.
 func sbatchJob(t *testing.T, args ...string) int32 {
 	t.Helper()
-	out := slurmCmd(t, "sbatch", append([]string{"--parsable"}, args...)...)
-	id := mustAtoi(t, strings.TrimSpace(strings.Split(out, ";")[0]))
-	t.Cleanup(func() { _, _ = runCmd(filepath.Join(runDir, "bin", "scancel"), strconv.Itoa(int(id))) })
-	return id
+	return localStack().sbatch(t, args...)
 }
 
 func waitJobState(t *testing.T, id int32, state string) {
 	t.Helper()
-	eventually(t, 60*time.Second, fmt.Sprintf("Slurm job %d %s", id, state), func() bool {
-		j, ok := jobByID(t, id)
-		return ok && j.State == state
-	})
+	localStack().waitJobState(t, id, state)
 }
 
-// 3. An sbatch -N2 job and a 2-pod group compete for the same 3 free nodes: whichever
-// Slurm ranks higher starts; the other, needing 2 of the 1 node left, waits.
+// 3. An sbatch -N2 job and a 2-pod group compete for the same 3 free nodes
+// (sbatchAndPodGroupCompeteInPriorityOrder), both ways round.
 func TestSbatchAndPodGroupCompeteInSlurmPriorityOrder(t *testing.T) {
 	for _, groupFirst := range []bool{true, false} {
 		t.Run(fmt.Sprintf("groupFirst=%v", groupFirst), func(t *testing.T) {
-			ns := namespace(t)
-			hold := sbatchJob(t, "-N1", "--exclusive", "-J", ns+"/hold", "--wrap", "sleep 600")
-			waitJobState(t, hold, "RUNNING")
-			gate := sbatchJob(t, "-N3", "--exclusive", "-J", ns+"/gate", "--wrap", "sleep 600")
-			waitJobState(t, gate, "RUNNING")
-
-			sbatchPrio, groupPrio := "1000", "100000"
-			if !groupFirst {
-				sbatchPrio, groupPrio = groupPrio, sbatchPrio
-			}
-			sb := sbatchJob(t, "-N2", "--exclusive", "--priority="+sbatchPrio, "-J", ns+"/sbatch", "--wrap", "sleep 600")
-			pods := createPodGroup(t, ns, "pair", 2, map[string]string{slurmjob.Annotation("priority"): groupPrio})
-			eventually(t, 30*time.Second, "the group's job pending behind the gate", func() bool {
-				jobs := activeJobsNamed(t, ns+"/pair")
-				return len(jobs) == 1 && jobs[0].State == "PENDING"
-			})
-			waitJobState(t, sb, "PENDING")
-
-			slurmCmd(t, "scancel", strconv.Itoa(int(gate)))
-			if groupFirst {
-				waitAllBound(t, pods, 60*time.Second)
-				requireOneJobInRankOrder(t, localStack(), pods)
-				j, _ := jobByID(t, sb)
-				assert.Equal(t, "PENDING", j.State, "the lower-priority sbatch job waits")
-				return
-			}
-			waitJobState(t, sb, "RUNNING")
-			consistently(t, 5*time.Second, "the lower-priority group stays unbound", func() bool {
-				return boundCount(t, pods) == 0
-			})
-			jobs := activeJobsNamed(t, ns+"/pair")
-			require.Len(t, jobs, 1)
-			assert.Equal(t, "PENDING", jobs[0].State)
+			sbatchAndPodGroupCompeteInPriorityOrder(t, localStack(), namespace(t), groupFirst)
 		})
 	}
+}
+
+// sbatchAndPodGroupCompeteInPriorityOrder: with one of the stack's 4 nodes held, an sbatch
+// -N2 job and a 2-pod group wait behind a job on the other 3; when it ends, whichever
+// Slurm ranks higher (the group when groupFirst) starts, and the other, needing 2 of the
+// 1 node left, waits.
+func sbatchAndPodGroupCompeteInPriorityOrder(t *testing.T, st stack, ns string, groupFirst bool) {
+	require.Len(t, st.nodes, 4, "sized for 4 nodes")
+	hold := st.sbatch(t, "-N1", "--exclusive", "-J", ns+"/hold", "--wrap", "sleep 600")
+	st.waitJobState(t, hold, "RUNNING")
+	gate := st.sbatch(t, "-N3", "--exclusive", "-J", ns+"/gate", "--wrap", "sleep 600")
+	st.waitJobState(t, gate, "RUNNING")
+
+	sbatchPrio, groupPrio := "1000", "100000"
+	if !groupFirst {
+		sbatchPrio, groupPrio = groupPrio, sbatchPrio
+	}
+	sb := st.sbatch(t, "-N2", "--exclusive", "--priority="+sbatchPrio, "-J", ns+"/sbatch", "--wrap", "sleep 600")
+	pods := createPodGroup(t, ns, "pair", 2, map[string]string{slurmjob.Annotation("priority"): groupPrio}, st.pod)
+	eventually(t, 30*time.Second, "the group's job pending behind the gate", func() bool {
+		jobs := st.activeJobsNamed(t, ns+"/pair")
+		return len(jobs) == 1 && jobs[0].State == "PENDING"
+	})
+	st.waitJobState(t, sb, "PENDING")
+
+	st.slurm(t, "scancel", strconv.Itoa(int(gate)))
+	if groupFirst {
+		waitAllBound(t, pods, 60*time.Second)
+		requireOneJobInRankOrder(t, st, pods)
+		j, _ := st.jobByID(t, sb)
+		assert.Equal(t, "PENDING", j.State, "the lower-priority sbatch job waits")
+		return
+	}
+	st.waitJobState(t, sb, "RUNNING")
+	consistently(t, 5*time.Second, "the lower-priority group stays unbound", func() bool {
+		return boundCount(t, pods) == 0
+	})
+	jobs := st.activeJobsNamed(t, ns+"/pair")
+	require.Len(t, jobs, 1)
+	assert.Equal(t, "PENDING", jobs[0].State)
 }
 
 // 6. No starvation: high-priority groups Slurm cannot start now stay pending while

@@ -17,14 +17,14 @@ func TestJobStateOnThePod(t *testing.T) {
 	jobStateOnThePod(t, localStack(), namespace(t))
 }
 
-// 6. A time limit and a preemption each end the pod with the right reason in its events
-// (scancel is covered by TestPodAndJobEndTogether).
+// 6. A time limit (podTimeLimitEndsThePod) and a preemption each end the pod with the right
+// reason in its events (scancel is covered by TestPodAndJobEndTogether).
 func TestSlurmEndsThePodWithTheReason(t *testing.T) {
 	ns := namespace(t)
 	node := nodes[0]
 
-	timed := createPod(t, ns, "timed", onlyOnNode(nodes[len(nodes)-1]), withAnnotation("time-limit", "1"))
-	timed = waitBound(t, ns, "timed", 60*time.Second)
+	// Timed on another node than the preemption's; it ends while that one runs.
+	timed := startTimedPod(t, localStack(), ns, onlyOnNode(nodes[len(nodes)-1]))
 
 	victim := createPod(t, ns, "victim", onlyOnNode(node), withAnnotation("exclusive", "true"))
 	victim = waitBound(t, ns, "victim", 60*time.Second)
@@ -37,11 +37,7 @@ func TestSlurmEndsThePodWithTheReason(t *testing.T) {
 	assert.Contains(t, ev, wellknown.EventSlurmJobPreempted)
 	assert.Contains(t, ev, "PREEMPTED")
 
-	// Slurm enforces the one-minute limit (plus its KillWait).
-	waitGone(t, ns, "timed", 150*time.Second)
-	ev = podEvents(t, timed)
-	assert.Contains(t, ev, wellknown.EventSlurmJobTimeLimit)
-	assert.Contains(t, ev, "TIMEOUT")
+	podEndsAtItsTimeLimit(t, ns, timed)
 }
 
 // A node failure ends the pod: the slurmd of the node running a placeholder job stops, Slurm

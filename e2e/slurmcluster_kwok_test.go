@@ -105,19 +105,22 @@ func createIndexedGang(t *testing.T, ns, name string, n int32, opts ...podOpt) {
 // GPUs, which its runner makes fake devices for and its worker registers (nodeSets[].gpus).
 // The scenarios of TestPodIsPlacedBySlurm, TestJobStateOnThePod,
 // TestSbatchJobAndPodShareNodes, TestGPUPodsGetTheirSlurmGPUIndices,
-// TestPodAndJobEndTogether, TestBadInputGetsAnEventAndNoJob,
+// TestPodAndJobEndTogether, the time limit of TestSlurmEndsThePodWithTheReason,
+// TestAnnotationsReachTheSlurmJob, TestBadInputGetsAnEventAndNoJob,
 // TestSchedulerRestartKeepsOneJobPerPod, TestNotReadyNodeReleasesItsJob,
 // TestExclusivePodsQueueInSlurmPriorityOrder, TestPodGroupIsOneSlurmJob,
-// TestPodGroupLosingAMemberEndsTheGroup, TestKubernetesPodGroupIsOneSlurmJob,
-// TestPodsWithoutMemoryRequestShareANode, TestJobSetIsOneSlurmJob,
-// TestLeaderWorkerSetGroupsAreSlurmJobs, TestSlurmNodeFailureEndsThePod,
-// TestNodeDownDrainedNotRespondingConditions, TestDrainWaitsForTheSlurmJob (here the node's
-// worker pod is drained too), TestNodeUnhealthyConditionDrainsInSlurm,
-// TestNodeControllerRestartKeepsDrainAndJob (the release's controller pod deleted) and
-// TestSlurmrestdOutageIsHarmless (spec.restApi.replicas 0 for a minute) then run on that
-// Slurm too. In the node failure scenarios a node's machine fails (its runner and all the
-// processes it started killed at once, so no worker drains) and comes back (a new runner
-// starts the worker pod's containers again).
+// TestSbatchAndPodGroupCompeteInSlurmPriorityOrder, TestPodGroupLosingAMemberEndsTheGroup,
+// TestPodGroupLargerThanSlurmWaitsForANode (a fifth kwok node and its NodeSet join),
+// TestKubernetesPodGroupIsOneSlurmJob, TestPodsWithoutMemoryRequestShareANode,
+// TestJobSetIsOneSlurmJob, TestLeaderWorkerSetGroupsAreSlurmJobs,
+// TestSlurmNodeFailureEndsThePod, TestNodeDownDrainedNotRespondingConditions,
+// TestDrainWaitsForTheSlurmJob (here the node's worker pod is drained too),
+// TestNodeUnhealthyConditionDrainsInSlurm, TestNodeControllerRestartKeepsDrainAndJob (the
+// release's controller pod deleted) and TestSlurmrestdOutageIsHarmless
+// (spec.restApi.replicas 0 for a minute) then run on that Slurm too. In the node failure
+// scenarios a node's machine fails (its runner and all the processes it started killed at
+// once, so no worker drains) and comes back (a new runner starts the worker pod's
+// containers again).
 func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 	ctx := context.Background()
 	startPodRunner(t) // slurmctld and slurmrestd, on the runner's own node
@@ -196,13 +199,21 @@ func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 	t.Run("sbatch and pods share nodes", func(t *testing.T) { sbatchJobAndPodShareNodes(t, st, namespaceOn(t, st)) })
 	t.Run("GPU pods get their Slurm GPU indices", func(t *testing.T) { gpuPodsGetTheirSlurmGPUIndices(t, st, namespaceOn(t, st)) })
 	t.Run("pod and job end together", func(t *testing.T) { podAndJobEndTogether(t, st, namespaceOn(t, st)) })
+	t.Run("time limit ends the pod", func(t *testing.T) { podTimeLimitEndsThePod(t, st, namespaceOn(t, st)) })
+	t.Run("annotations reach the Slurm job", func(t *testing.T) { annotationsReachTheSlurmJob(t, st, namespaceOn(t, st)) })
 	t.Run("bad input gets an event and no job", func(t *testing.T) { badInputGetsAnEventAndNoJob(t, st, namespaceOn(t, st)) })
 	t.Run("scheduler restart keeps one job per pod", func(t *testing.T) { schedulerRestartKeepsOneJobPerPod(t, st, namespaceOn(t, st)) })
 	t.Run("NotReady node releases its job", func(t *testing.T) { notReadyNodeReleasesItsJob(t, st, namespaceOn(t, st)) })
 	t.Run("exclusive pods queue in Slurm priority order", func(t *testing.T) { exclusivePodsQueueInPriorityOrder(t, st, namespaceOn(t, st)) })
 	t.Run("pods without a memory request share a node", func(t *testing.T) { podsWithoutMemoryRequestShareANode(t, st, namespaceOn(t, st)) })
 	t.Run("PodGroup is one Slurm job", func(t *testing.T) { podGroupIsOneSlurmJob(t, st, namespaceOn(t, st)) })
+	for _, groupFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("sbatch and PodGroup compete in priority order, groupFirst=%v", groupFirst), func(t *testing.T) {
+			sbatchAndPodGroupCompeteInPriorityOrder(t, st, namespaceOn(t, st), groupFirst)
+		})
+	}
 	t.Run("PodGroup losing a member ends the group", func(t *testing.T) { podGroupLosingAMemberEndsTheGroup(t, st, namespaceOn(t, st)) })
+	t.Run("PodGroup larger than Slurm waits for a node", func(t *testing.T) { podGroupLargerThanSlurmWaitsForANode(t, st, namespaceOn(t, st)) })
 	t.Run("Kubernetes PodGroup is one Slurm job", func(t *testing.T) { kubernetesPodGroupIsOneSlurmJob(t, st, namespaceOn(t, st)) })
 	t.Run("JobSet is one Slurm job", func(t *testing.T) { jobSetIsOneSlurmJob(t, st, namespaceOn(t, st)) })
 	t.Run("LeaderWorkerSet groups are Slurm jobs", func(t *testing.T) { leaderWorkerSetGroupsAreSlurmJobs(t, st, namespaceOn(t, st)) })

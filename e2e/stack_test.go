@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
 	"github.com/kubeslurm/kubeslurm/pkg/controller/slurmcluster"
@@ -37,6 +38,8 @@ type stack struct {
 	scheduler string
 	// nodes are the Kubernetes nodes the Slurm has workers on, all the test's.
 	nodes []string
+	// partition is the Slurm partition of those nodes the stack's pods go to by default.
+	partition string
 	// slurm runs one of Slurm's commands (sbatch, scancel, scontrol, ...) against the Slurm
 	// and returns its output.
 	slurm func(t *testing.T, command string, args ...string) string
@@ -47,6 +50,9 @@ type stack struct {
 	// loseNode makes node's slurmd stop answering Slurm, with no drain first, and returns
 	// what brings it back (see loseNodeUntilEnd).
 	loseNode func(t *testing.T, node string) (back func())
+	// addNode adds a Kubernetes node with a Slurm worker, returns once Slurm lists it, and
+	// takes both away at the end of the test (after ending the pods bound there).
+	addNode func(t *testing.T) string
 	// reactIn bounds how long the controller's reaction to a change on one side takes to
 	// show on the other, as the test sees it: the local cluster's targets (2 s); on a
 	// SlurmCluster, where each Slurm command the test runs is a pod, longer.
@@ -206,11 +212,40 @@ func (st stack) jobState(t *testing.T, id string) string {
 	return regexpField(st.slurm(t, "scontrol", "show", "job", "-o", id), "JobState")
 }
 
+// sbatch submits a batch job (sbatch --parsable with args) to the Slurm, cancelled at the
+// end of the test if it is still active then, and returns its id. Its output goes nowhere
+// unless args say (the submitting directory need not exist on the job's node).
+func (st stack) sbatch(t *testing.T, args ...string) int32 {
+	t.Helper()
+	out := strings.TrimSpace(st.slurm(t, "sbatch", append([]string{"--parsable", "--chdir", "/tmp", "--output", "/dev/null"}, args...)...))
+	id := mustAtoi(t, strings.Split(out[strings.LastIndexByte(out, '\n')+1:], ";")[0])
+	t.Cleanup(func() {
+		if j, ok := st.jobByID(t, id); ok && j.State != "COMPLETED" && j.State != "CANCELLED" && j.State != "FAILED" && j.State != "TIMEOUT" {
+			st.slurm(t, "scancel", strconv.Itoa(int(id)))
+		}
+	})
+	return id
+}
+
+// waitJobState waits until the Slurm shows job id in state.
+func (st stack) waitJobState(t *testing.T, id int32, state string) {
+	t.Helper()
+	eventually(t, 60*time.Second, fmt.Sprintf("Slurm job %d %s", id, state), func() bool {
+		j, ok := st.jobByID(t, id)
+		return ok && j.State == state
+	})
+}
+
 // localStack is the local cluster's kubeslurm and Slurm (deploy/local).
 func localStack() stack {
-	return stack{pod: func(*v1.Pod) {}, scheduler: wellknown.SchedulerName, nodes: nodes, slurm: slurmCmd, reactIn: 2 * time.Second,
+	return stack{pod: func(*v1.Pod) {}, scheduler: wellknown.SchedulerName, nodes: nodes, partition: "k8s", slurm: slurmCmd, reactIn: 2 * time.Second,
 		restartScheduler:  func(t *testing.T) { component(t, "restart", "scheduler") },
 		restartController: func(t *testing.T) { component(t, "restart", "controller") },
+		addNode: func(t *testing.T) string {
+			name := fmt.Sprintf("node-%d", len(nodes)+1)
+			addNode(t, name)
+			return name
+		},
 		// The node's slurmd stopped (SIGTERM: slurmd exits without draining its node).
 		loseNode: func(t *testing.T, node string) func() {
 			component(t, "stop", "slurmd-"+node)
@@ -226,7 +261,7 @@ func localStack() stack {
 // its runner of runners, with the release of installClusterRelease placing pods through it.
 func clusterStack(c *slurmv1.SlurmCluster, runners map[string]*podRunner) stack {
 	nodes := slices.Sorted(maps.Keys(runners))
-	return stack{pod: onCluster, scheduler: clusterScheduler, nodes: nodes, reactIn: 30 * time.Second, restartScheduler: func(t *testing.T) { restartReleasePod(t, c.Namespace, "scheduler") },
+	st := stack{pod: onCluster, scheduler: clusterScheduler, nodes: nodes, partition: c.Spec.Partitions[0].Name, reactIn: 30 * time.Second, restartScheduler: func(t *testing.T) { restartReleasePod(t, c.Namespace, "scheduler") },
 		restartController: func(t *testing.T) { restartReleasePod(t, c.Namespace, "controller") },
 		// The node's machine fails (its runner and every process crash) and later starts
 		// again: its runner, started anew, starts the worker pod's containers again, as a
@@ -264,6 +299,36 @@ func clusterStack(c *slurmv1.SlurmCluster, runners map[string]*podRunner) stack 
 			require.True(t, ok, "%s %v: %s", command, args, out)
 			return commandOutput(out)
 		}}
+	// A kwok node with its runner, and a NodeSet of its own in the default partition
+	// (each slurmd has a port of its own: see TestSlurmClusterWorkersOnKwokNodes).
+	st.addNode = func(t *testing.T) string {
+		i := len(runners) + 1
+		name, set := fmt.Sprintf("kwok-worker-%d", i), fmt.Sprintf("kwok%d", i)
+		addAdoptedKwokNode(t, name)
+		kc, key := slurmClient(t), client.ObjectKeyFromObject(c)
+		cur := &slurmv1.SlurmCluster{}
+		updateCluster(t, kc, key, cur, func(c *slurmv1.SlurmCluster) {
+			c.Spec.NodeSets = append(c.Spec.NodeSets, slurmv1.NodeSetSpec{Name: set, Image: adoptedWorkerImage,
+				Port: ptrTo(int32(6940 + i)), NodeSelector: map[string]string{v1.LabelHostname: name}, GPUs: &slurmv1.NodeSetGPUs{}})
+			c.Spec.Partitions[0].NodeSets = append(c.Spec.Partitions[0].NodeSets, set)
+		})
+		// Runs before the runner stops and the node goes (registered after them).
+		t.Cleanup(func() {
+			endPodsOn(t, name, wellknown.SlurmComponentLabel+"!=slurmd") // the test's pods, not the worker
+			updateCluster(t, kc, key, cur, func(c *slurmv1.SlurmCluster) {
+				c.Spec.NodeSets = slices.DeleteFunc(c.Spec.NodeSets, func(s slurmv1.NodeSetSpec) bool { return s.Name == set })
+				c.Spec.Partitions[0].NodeSets = slices.DeleteFunc(c.Spec.Partitions[0].NodeSets, func(s string) bool { return s == set })
+			})
+			eventually(t, 180*time.Second, "the worker on "+name+" gone, and its Slurm node", func() bool {
+				return workerPodOn(t, name) == nil && !slices.Contains(strings.Fields(st.slurm(t, "sinfo", "-h", "-N", "-o", "%N")), name)
+			})
+		})
+		eventually(t, 180*time.Second, name+"'s worker registered in Slurm", func() bool {
+			return slices.Contains(strings.Fields(st.slurm(t, "sinfo", "-h", "-N", "-o", "%N")), name)
+		})
+		return name
+	}
+	return st
 }
 
 // podIsPlacedBySlurm: a pod is bound to the node Slurm allocated to its placeholder job,
@@ -355,16 +420,7 @@ func notReadyNodeReleasesItsJob(t *testing.T, st stack, ns string) {
 // needs that node wait, Pending with Slurm's reason, then land when the sbatch job ends.
 func sbatchJobAndPodShareNodes(t *testing.T, st stack, ns string) {
 	node := st.nodes[len(st.nodes)-1]
-	out := st.slurm(t, "sbatch", "--parsable", "--exclusive", "-N1", "-w", node, "-J", ns+"/sbatch",
-		"--chdir", "/tmp", "--output", "/dev/null", "--wrap", "sleep 600")
-	sbatchID := strings.TrimSpace(strings.Split(out, ";")[0])
-	mustAtoi(t, sbatchID)
-	cancelled := false
-	t.Cleanup(func() {
-		if !cancelled {
-			st.slurm(t, "scancel", sbatchID)
-		}
-	})
+	sbatchID := strconv.Itoa(int(st.sbatch(t, "--exclusive", "-N1", "-w", node, "-J", ns+"/sbatch", "--wrap", "sleep 600")))
 	eventually(t, 60*time.Second, "sbatch job running on "+node, func() bool {
 		return st.jobState(t, sbatchID) == "RUNNING"
 	})
@@ -392,7 +448,6 @@ func sbatchJobAndPodShareNodes(t *testing.T, st stack, ns string) {
 	assert.Contains(t, show, "ReqNodeList=(null)")
 
 	st.slurm(t, "scancel", sbatchID)
-	cancelled = true
 	p = waitBound(t, ns, "needs-node", 60*time.Second)
 	assert.Equal(t, node, p.Spec.NodeName)
 }
@@ -416,6 +471,32 @@ func podAndJobEndTogether(t *testing.T, st stack, ns string) {
 	ev := podEvents(t, p)
 	assert.Contains(t, ev, wellknown.EventSlurmJobCancelled)
 	assert.Contains(t, ev, "CANCELLED")
+}
+
+// podTimeLimitEndsThePod: Slurm enforces a pod's time limit, and the pod goes with a
+// SlurmJobTimeLimit event.
+func podTimeLimitEndsThePod(t *testing.T, st stack, ns string) {
+	podEndsAtItsTimeLimit(t, ns, startTimedPod(t, st, ns))
+}
+
+// startTimedPod creates a pod with a one-minute time limit (made also by opts) and returns
+// it bound: podTimeLimitEndsThePod's first half, so a test can do more while the minute runs.
+func startTimedPod(t *testing.T, st stack, ns string, opts ...podOpt) *v1.Pod {
+	t.Helper()
+	createPod(t, ns, "timed", append([]podOpt{st.pod, withAnnotation("time-limit", "1")}, opts...)...)
+	return waitBound(t, ns, "timed", 60*time.Second)
+}
+
+// podEndsAtItsTimeLimit is podTimeLimitEndsThePod's second half, for the pod of
+// startTimedPod.
+func podEndsAtItsTimeLimit(t *testing.T, ns string, timed *v1.Pod) {
+	t.Helper()
+	// The minute, Slurm's time-limit check (every 30 s or so) and its KillWait (30 s by
+	// default, 5 s on the local Slurm).
+	waitGone(t, ns, timed.Name, 180*time.Second)
+	ev := podEvents(t, timed)
+	assert.Contains(t, ev, wellknown.EventSlurmJobTimeLimit)
+	assert.Contains(t, ev, "TIMEOUT")
 }
 
 // badInputGetsAnEventAndNoJob: a malformed annotation yields an event and no Slurm job;
