@@ -133,6 +133,15 @@ type slurmJob struct {
 	Reason string
 }
 
+// active: the job has not ended (what the tests' check for leaked jobs looks for).
+func (j slurmJob) active() bool {
+	switch j.State {
+	case "PENDING", "RUNNING", "CONFIGURING", "SUSPENDED", "COMPLETING":
+		return true
+	}
+	return false
+}
+
 // jobsNamed lists the local Slurm's jobs (any state still on record) whose name starts
 // with prefix.
 func jobsNamed(t *testing.T, prefix string) []slurmJob {

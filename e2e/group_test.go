@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -180,13 +179,13 @@ func addNode(t *testing.T, name string) {
 			require.NoError(t, err)
 		}
 		eventually(t, 60*time.Second, "Slurm node "+name+" removed", func() bool {
-			return !slices.Contains(strings.Fields(slurmCmd(t, "sinfo", "-h", "-N", "-o", "%N")), name)
+			return !localStack().hasNode(t, name)
 		})
 	})
 	eventually(t, 60*time.Second, name+" in Slurm and Ready in Kubernetes", func() bool {
 		n, err := kube.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
 		// Not "idle": a job waiting for this node may take it the moment it registers.
-		return err == nil && readyOf(n) == v1.ConditionTrue && slices.Contains(strings.Fields(slurmCmd(t, "sinfo", "-h", "-N", "-o", "%N")), name)
+		return err == nil && readyOf(n) == v1.ConditionTrue && localStack().hasNode(t, name)
 	})
 }
 

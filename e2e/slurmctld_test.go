@@ -90,9 +90,12 @@ func commandOutput(log string) string {
 
 // sbatchJobID is the job id in the log of slurmCommand's `sbatch --parsable`: its last line
 // (a warning may come before it).
-func sbatchJobID(log string) string {
-	out := commandOutput(log)
-	return strings.TrimSpace(out[strings.LastIndex(out, "\n")+1:])
+func sbatchJobID(log string) string { return lastLine(commandOutput(log)) }
+
+// lastLine is the last line of s, trimmed (s trimmed first: a final newline ends no line).
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	return strings.TrimSpace(s[strings.LastIndexByte(s, '\n')+1:])
 }
 
 // slurmCommandWithToken is slurmCommand authenticated with token.

@@ -197,12 +197,17 @@ func (st stack) activeJobsNamed(t *testing.T, prefix string) []slurmJob {
 	t.Helper()
 	var out []slurmJob
 	for _, j := range st.jobsNamed(t, prefix) {
-		switch j.State {
-		case "PENDING", "RUNNING", "CONFIGURING", "SUSPENDED", "COMPLETING":
+		if j.active() {
 			out = append(out, j)
 		}
 	}
 	return out
+}
+
+// hasNode: the Slurm lists node (in any state).
+func (st stack) hasNode(t *testing.T, node string) bool {
+	t.Helper()
+	return slices.Contains(strings.Fields(st.slurm(t, "sinfo", "-h", "-N", "-o", "%N")), node)
 }
 
 // jobState is the JobState of the Slurm job id as scontrol shows it; an ended job stays
@@ -217,10 +222,10 @@ func (st stack) jobState(t *testing.T, id string) string {
 // unless args say (the submitting directory need not exist on the job's node).
 func (st stack) sbatch(t *testing.T, args ...string) int32 {
 	t.Helper()
-	out := strings.TrimSpace(st.slurm(t, "sbatch", append([]string{"--parsable", "--chdir", "/tmp", "--output", "/dev/null"}, args...)...))
-	id := mustAtoi(t, strings.Split(out[strings.LastIndexByte(out, '\n')+1:], ";")[0])
+	out := st.slurm(t, "sbatch", append([]string{"--parsable", "--chdir", "/tmp", "--output", "/dev/null"}, args...)...)
+	id := mustAtoi(t, strings.Split(lastLine(out), ";")[0])
 	t.Cleanup(func() {
-		if j, ok := st.jobByID(t, id); ok && j.State != "COMPLETED" && j.State != "CANCELLED" && j.State != "FAILED" && j.State != "TIMEOUT" {
+		if j, ok := st.jobByID(t, id); ok && j.active() {
 			st.slurm(t, "scancel", strconv.Itoa(int(id)))
 		}
 	})
@@ -320,11 +325,11 @@ func clusterStack(c *slurmv1.SlurmCluster, runners map[string]*podRunner) stack 
 				c.Spec.Partitions[0].NodeSets = slices.DeleteFunc(c.Spec.Partitions[0].NodeSets, func(s string) bool { return s == set })
 			})
 			eventually(t, 180*time.Second, "the worker on "+name+" gone, and its Slurm node", func() bool {
-				return workerPodOn(t, name) == nil && !slices.Contains(strings.Fields(st.slurm(t, "sinfo", "-h", "-N", "-o", "%N")), name)
+				return workerPodOn(t, name) == nil && !st.hasNode(t, name)
 			})
 		})
 		eventually(t, 180*time.Second, name+"'s worker registered in Slurm", func() bool {
-			return slices.Contains(strings.Fields(st.slurm(t, "sinfo", "-h", "-N", "-o", "%N")), name)
+			return st.hasNode(t, name)
 		})
 		return name
 	}
