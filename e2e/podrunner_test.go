@@ -124,20 +124,28 @@ func (r *podRunner) crash(t *testing.T) {
 	t.Helper()
 	require.NotNil(t, r.cmd, "the runner of %s runs", r.node)
 	procs := freezeTree(r.cmd.Process.Pid)
-	containers := map[string]bool{}
+	// The containers' namespaces, held (the frozen processes are in them) until killed.
+	own, err := mountns.Open(os.Getpid())
+	require.NoError(t, err)
+	_ = own.Close()
+	containers := map[string]*mountns.Namespace{}
 	for _, pid := range procs[1:] {
-		if ns, err := mountns.Of(pid); err == nil {
-			containers[ns] = true
+		ns, err := mountns.Open(pid)
+		if err != nil {
+			continue
 		}
+		if _, seen := containers[ns.String()]; seen || ns.String() == own.String() { // the runner's own, and the tests'
+			_ = ns.Close()
+			continue
+		}
+		containers[ns.String()] = ns
 	}
 	for _, pid := range procs {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
-	own, err := mountns.Of(os.Getpid())
-	require.NoError(t, err)
-	delete(containers, own) // the runner's own, and the tests'
-	for ns := range containers {
-		require.NoError(t, mountns.Kill(ns), "the crashed machine's processes")
+	for _, ns := range containers {
+		assert.NoError(t, ns.Kill(), "the crashed machine's processes")
+		_ = ns.Close()
 	}
 	select {
 	case <-r.exited:

@@ -16,10 +16,43 @@ import (
 
 // The caller's own mount namespace (the host's processes) is never killed.
 func TestKillRefusesTheCallersOwn(t *testing.T) {
-	own, err := Of(os.Getpid())
+	own, err := Open(os.Getpid())
 	require.NoError(t, err)
-	assert.Error(t, Kill(own))
-	assert.Error(t, Kill(""))
+	defer own.Close()
+	assert.Error(t, own.Kill())
+}
+
+// A namespace held open keeps its number after its last process is gone: a namespace made
+// then gets another, so its processes are not taken for the old one's. (Without the hold the
+// kernel hands out the freed number again at once.)
+func TestHeldNamespaceIsNotReused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it starts processes in mount namespaces of their own")
+	}
+	inNewNamespace := func() *exec.Cmd {
+		cmd := exec.Command("sleep", "600")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd
+	}
+	first := inNewNamespace()
+	held, err := Open(first.Process.Pid)
+	require.NoError(t, err)
+	defer held.Close()
+	require.NoError(t, first.Process.Kill())
+	_ = first.Wait()
+
+	second := inNewNamespace()
+	id, err := of(second.Process.Pid)
+	require.NoError(t, err)
+	assert.NotEqual(t, held.String(), id)
+	pids, err := held.Processes()
+	require.NoError(t, err)
+	assert.Empty(t, pids, "the held namespace's processes are gone; the new one's are not its")
+	require.NoError(t, held.Kill())
+	_, err = of(second.Process.Pid)
+	assert.NoError(t, err, "the process of the new namespace is alive after the old one's kill")
 }
 
 // A process that left the container's process group (setsid, as slurmstepd does) outlives
@@ -32,8 +65,9 @@ func TestKillEndsWhatLeftTheProcessGroup(t *testing.T) {
 	cmd := exec.Command("sh", "-c", `setsid sh -c 'echo $$ > "$1"; exec sleep 600' sh "$1" </dev/null >/dev/null 2>&1 & exec sleep 600`, "sh", pidFile)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Setpgid: true}
 	require.NoError(t, cmd.Start())
-	ns, err := Of(cmd.Process.Pid)
+	ns, err := Open(cmd.Process.Pid)
 	require.NoError(t, err)
+	defer ns.Close()
 	var escaped int
 	require.Eventually(t, func() bool {
 		b, err := os.ReadFile(pidFile)
@@ -42,7 +76,7 @@ func TestKillEndsWhatLeftTheProcessGroup(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 	t.Cleanup(func() { _ = syscall.Kill(escaped, syscall.SIGKILL) })
 
-	pids, err := Processes(ns)
+	pids, err := ns.Processes()
 	require.NoError(t, err)
 	assert.ElementsMatch(t, []int{cmd.Process.Pid, escaped}, pids)
 
@@ -50,9 +84,9 @@ func TestKillEndsWhatLeftTheProcessGroup(t *testing.T) {
 	_ = cmd.Wait()
 	assert.True(t, alive(escaped), "the process in a session of its own outlived its group's SIGKILL")
 
-	require.NoError(t, Kill(ns))
+	require.NoError(t, ns.Kill())
 	assert.Eventually(t, func() bool { return !alive(escaped) }, 5*time.Second, 20*time.Millisecond)
-	pids, err = Processes(ns)
+	pids, err = ns.Processes()
 	require.NoError(t, err)
 	assert.Empty(t, pids)
 }

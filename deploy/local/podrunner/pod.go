@@ -53,7 +53,7 @@ type podRun struct {
 type container struct {
 	spec      v1.Container
 	proc      *exec.Cmd
-	mountNS   string // the process's mount namespace: all of the container's processes
+	mountNS   *mountns.Namespace // held from its start until all of the container's processes are killed
 	exited    chan struct{}
 	exitCode  int
 	startedAt metav1.Time
@@ -215,7 +215,7 @@ func (pr *podRun) ended(c *container, now time.Time) {
 	}
 	klog.InfoS("container exited", "pod", klog.KObj(pr.pod), "container", c.spec.Name, "exitCode", c.exitCode)
 	pr.killLeftovers(c)
-	c.proc, c.ready, c.mountNS = nil, false, ""
+	c.proc, c.ready = nil, false
 	if pr.shouldStart(c) {
 		// Back off as a kubelet does: 10 s, doubling, at most 5 min.
 		backoff := 10 * time.Second << min(c.restarts, 5)
@@ -293,8 +293,9 @@ func (pr *podRun) start(c *container) error {
 	if c.lastTerm != nil {
 		c.restarts++
 	}
-	// Start returns once the child has exec'd, so after its unshare: the namespace is its own.
-	c.mountNS, err = mountns.Of(cmd.Process.Pid)
+	// Start returns once the child has exec'd, so after its unshare: the namespace is its
+	// own; and the child is not waited for yet, so its pid is still its own.
+	c.mountNS, err = mountns.Open(cmd.Process.Pid)
 	if err != nil {
 		klog.ErrorS(err, "reading the container's mount namespace: its leftovers will not be ended", "pod", klog.KObj(pr.pod), "container", c.spec.Name)
 	}
@@ -574,12 +575,14 @@ func (pr *podRun) killAll() {
 // killLeftovers ends what is left of container c's processes once its main process has
 // gone, as a container's processes end with it.
 func (pr *podRun) killLeftovers(c *container) {
-	if c.mountNS == "" {
+	if c.mountNS == nil {
 		return
 	}
-	if err := mountns.Kill(c.mountNS); err != nil {
+	if err := c.mountNS.Kill(); err != nil {
 		klog.ErrorS(err, "ending the container's leftover processes", "pod", klog.KObj(pr.pod), "container", c.spec.Name)
 	}
+	_ = c.mountNS.Close()
+	c.mountNS = nil
 }
 
 // gracePeriod is how long the containers have between SIGTERM and SIGKILL: the pod's
