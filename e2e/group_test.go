@@ -206,6 +206,18 @@ func endPodsOn(t *testing.T, node, selector string) {
 	})
 }
 
+// deleteGroupMembers deletes the pods of a group. The controller ends a group's other
+// members once one is gone, so some may be gone before the test gets to them.
+func deleteGroupMembers(t *testing.T, pods []*v1.Pod) {
+	t.Helper()
+	for _, p := range pods {
+		err := kube.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{})
+		if !apierrors.IsNotFound(err) {
+			require.NoError(t, err)
+		}
+	}
+}
+
 // kwokNode is a node kwok runs, sized like deploy/local/up.sh's (4 CPUs, 8Gi).
 func kwokNode(name string, labels map[string]string) *v1.Node {
 	capacity := v1.ResourceList{v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("8Gi"), v1.ResourcePods: resource.MustParse("110")}

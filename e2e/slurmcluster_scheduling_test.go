@@ -267,7 +267,6 @@ func twoRunnerCluster(t *testing.T) (string, *slurmv1.SlurmCluster) {
 // each, and the release's scheduler makes the group's two pods ONE two-node job of that
 // Slurm, each pod bound to one of its nodes, both running.
 func TestPodGroupOnSlurmCluster(t *testing.T) {
-	ctx := context.Background()
 	ns, c := twoRunnerCluster(t)
 	installClusterRelease(t, ns, c)
 
@@ -291,9 +290,7 @@ func TestPodGroupOnSlurmCluster(t *testing.T) {
 	t.Logf("group train: Slurm job %d on %s", id, state[1])
 
 	// Deleting the group's pods cancels its one job.
-	for _, p := range pods {
-		require.NoError(t, kube.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{}))
-	}
+	deleteGroupMembers(t, pods)
 	eventually(t, 60*time.Second, "job "+strconv.Itoa(int(id))+" cancelled", func() bool {
 		return strings.HasPrefix(clusterJobState(t, c, id), "CANCELLED ")
 	})

@@ -117,6 +117,9 @@ func run(r *runner, kubeconfig string) error {
 	if err != nil {
 		return err
 	}
+	// A kubelet's defaults (kubeAPIQPS 50, kubeAPIBurst 100): client-go's own (5, 10) held
+	// each pod's start back by seconds once a few pods refresh their volumes.
+	cfg.QPS, cfg.Burst = 50, 100
 	r.kube = kubernetes.NewForConfigOrDie(cfg)
 	r.pods = map[string]*podRun{}
 	r.queue = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())

@@ -48,6 +48,9 @@ type podRun struct {
 	startedAt  metav1.Time
 	containers []*container
 	reported   *v1.PodStatus
+	// exits wakes the pod's loop when a container's main process exits, so its end is
+	// reported at once rather than at the next tick.
+	exits chan struct{}
 }
 
 type container struct {
@@ -75,7 +78,7 @@ const volumeRefreshPeriod = 5 * time.Second
 func startPodRun(ctx context.Context, r *runner, pod *v1.Pod) *podRun {
 	ctx, cancel := context.WithCancel(ctx)
 	pr := &podRun{r: r, pod: pod.DeepCopy(), uid: pod.UID, done: make(chan struct{}), cancel: cancel,
-		dir: filepath.Join(r.stateDir, "pods", string(pod.UID))}
+		dir: filepath.Join(r.stateDir, "pods", string(pod.UID)), exits: make(chan struct{}, 1)}
 	pr.grace.Store(-1)
 	for _, c := range pod.Spec.Containers {
 		pr.containers = append(pr.containers, resumedContainer(pod, c))
@@ -141,6 +144,7 @@ func (pr *podRun) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-pr.exits:
 		}
 	}
 }
@@ -318,6 +322,10 @@ func (pr *podRun) start(c *container) error {
 			c.exitCode = 128
 		}
 		close(exited)
+		select {
+		case pr.exits <- struct{}{}:
+		default: // a wake-up is pending already
+		}
 	}()
 	klog.InfoS("container started", "pod", klog.KObj(pr.pod), "container", c.spec.Name, "pid", cmd.Process.Pid, "command", cmdline)
 	return nil
