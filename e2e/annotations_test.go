@@ -3,14 +3,13 @@ package e2e
 // The slurmjob annotations, ours and slurm-bridge's aliases, as Slurm itself shows them.
 //
 // The local cluster has no slurmdbd and no AccountingStorageType (nor has the SlurmCluster
-// of TestSlurmClusterWorkersOnKwokNodes, which runs annotationsReachTheSlurmJob too): Slurm then takes any
+// of TestSlurmClusterWorkersOnKwokNodes, which runs these scenarios too): Slurm then takes any
 // account and QOS name without checking it (scontrol shows the QOS only while the job is
 // pending), and stores a wckey (squeue shows it, scontrol does not here), so all three are
-// checked. It has no reservation, no
-// Licenses and no GresTypes: a job asking for any of them is refused, so those reach Slurm
-// only as far as Slurm's own refusal (TestAnnotationGRESAndLicensesReachSlurm), and no
-// reservation is made (one would take a node from the other tests). No node has features
-// either: the test gives one node a feature for its duration.
+// checked. Neither has a reservation, Licenses or a GRES type but gpu: a job asking for
+// another is refused, so those reach Slurm only as far as Slurm's own refusal
+// (TestAnnotationGRESAndLicensesReachSlurm), and no reservation is made (one would take a
+// node from the other tests). The tests give one node a feature for their duration.
 
 import (
 	"context"
@@ -22,7 +21,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -158,50 +156,7 @@ func annotationsReachTheSlurmJob(t *testing.T, st stack, ns string) {
 
 func TestAnnotationAliasesGiveTheSameJob(t *testing.T) {
 	ns := namespace(t)
-	node := localStack().withNodeFeature(t, "kse2e")
-	// Both jobs wait behind a job holding the one node they may use, so their fields are
-	// read while pending (without accounting, scontrol shows no QOS once a job runs).
-	blocker := sbatchJob(t, "-w", node, "--exclusive", "-J", ns+"/blocker", "--wrap", "sleep 600")
-	waitJobState(t, blocker, "RUNNING")
-	// slurm-bridge's keys, each with its own spelling of a value ours may write otherwise.
-	bridge := map[string]string{
-		"partition": "k8s", "account": "physics", "qos": "normal", "wckey": "proj-e2e", "timelimit": "90",
-		"job-name": ns + "/same", "priority": "1000", "constraints": "kse2e", "cpu-per-task": "1500m",
-		"mem-per-node": "512Mi", "min-nodes": "1", "max-nodes": "1", "exclusive": "false",
-		"user-id": "65534", "group-id": "65534",
-	}
-	ours := map[string]string{
-		"partition": "k8s", "account": "physics", "qos": "normal", "wckey": "proj-e2e", "time-limit": "1:30:00",
-		"job-name": ns + "/same", "priority": "1000", "constraints": "kse2e", "cpus-per-task": "2",
-		"mem-per-node": "512M", "min-nodes": "1", "max-nodes": "1", "exclusive": "false",
-		"user-id": "65534", "group-id": "65534",
-	}
-	aliased, plain := map[string]string{}, map[string]string{}
-	for k, v := range bridge {
-		aliased[slurmjob.AliasAnnotation(k)] = v
-	}
-	for k, v := range ours {
-		plain[slurmjob.Annotation(k)] = v
-	}
-	createPod(t, ns, "bridge", annotated(aliased))
-	createPod(t, ns, "ours", annotated(plain))
-	idBridge, idOurs := waitJobID(t, ns, "bridge", 60*time.Second), waitJobID(t, ns, "ours", 60*time.Second)
-
-	want := map[string]string{
-		"JobName": ns + "/same", "Partition": "k8s", "Account": "physics", "QOS": "normal", "TimeLimit": "01:30:00",
-		"Priority": "1000", "Features": "kse2e", "MinCPUsNode": "2", "MinMemoryNode": "512M",
-		"UserId": "nobody(65534)", "GroupId": "nogroup(65534)",
-	}
-	for _, id := range []int32{idBridge, idOurs} {
-		waitJobState(t, id, "PENDING")
-		localStack().requireJobFields(t, id, want)
-	}
-	fb, fo := localStack().jobFields(t, idBridge), localStack().jobFields(t, idOurs)
-	assert.Equal(t, "NO", fb["Exclusive"], "exclusive=false")
-	for _, k := range []string{"Exclusive", "OverSubscribe", "ReqTRES", "Nice", "Dependency", "Contiguous"} {
-		assert.Equal(t, fo[k], fb[k], "%s of the job from slurm-bridge's keys and of ours", k)
-	}
-	assert.Equal(t, "proj-e2e", localStack().wckey(t, idBridge))
+	annotationAliasesGiveTheSameJob(t, localStack(), ns)
 
 	// Admission reads the aliases too: a bad value, or one that contradicts ours, is refused
 	// naming the key.
@@ -213,18 +168,71 @@ func TestAnnotationAliasesGiveTheSameJob(t *testing.T) {
 	requireDenied(t, err, slurmjob.Annotation("time-limit"), slurmjob.AliasAnnotation("timelimit"))
 }
 
-// GRES and licenses: this cluster configures neither, so Slurm refuses the job, in its own
-// words; that they are Slurm's gres and license errors shows where the values went.
+// annotationAliasesGiveTheSameJob: a pod with slurm-bridge's annotation keys, each value in
+// its own spelling, gets the same Slurm job as a pod with ours.
+func annotationAliasesGiveTheSameJob(t *testing.T, st stack, ns string) {
+	node := st.withNodeFeature(t, "kse2e")
+	// Both jobs wait behind a job holding the one node they may use, so their fields are
+	// read while pending (without accounting, scontrol shows no QOS once a job runs).
+	blocker := st.sbatch(t, "-w", node, "--exclusive", "-J", ns+"/blocker", "--wrap", "sleep 600")
+	st.waitJobState(t, blocker, "RUNNING")
+	// slurm-bridge's keys, each with its own spelling of a value ours may write otherwise.
+	// The time limit is within the partition's MaxTime (1 h on a SlurmCluster's example).
+	bridge := map[string]string{
+		"partition": st.partition, "account": "physics", "qos": "normal", "wckey": "proj-e2e", "timelimit": "45",
+		"job-name": ns + "/same", "priority": "1000", "constraints": "kse2e", "cpu-per-task": "1500m",
+		"mem-per-node": "512Mi", "min-nodes": "1", "max-nodes": "1", "exclusive": "false",
+		"user-id": "65534", "group-id": "65534",
+	}
+	ours := map[string]string{
+		"partition": st.partition, "account": "physics", "qos": "normal", "wckey": "proj-e2e", "time-limit": "0:45:00",
+		"job-name": ns + "/same", "priority": "1000", "constraints": "kse2e", "cpus-per-task": "2",
+		"mem-per-node": "512M", "min-nodes": "1", "max-nodes": "1", "exclusive": "false",
+		"user-id": "65534", "group-id": "65534",
+	}
+	aliased, plain := map[string]string{}, map[string]string{}
+	for k, v := range bridge {
+		aliased[slurmjob.AliasAnnotation(k)] = v
+	}
+	for k, v := range ours {
+		plain[slurmjob.Annotation(k)] = v
+	}
+	createPod(t, ns, "bridge", st.pod, annotated(aliased))
+	createPod(t, ns, "ours", st.pod, annotated(plain))
+	idBridge, idOurs := waitJobID(t, ns, "bridge", 60*time.Second), waitJobID(t, ns, "ours", 60*time.Second)
+
+	want := map[string]string{
+		"JobName": ns + "/same", "Partition": st.partition, "Account": "physics", "QOS": "normal", "TimeLimit": "00:45:00",
+		"Priority": "1000", "Features": "kse2e", "MinCPUsNode": "2", "MinMemoryNode": "512M",
+		"UserId": "nobody(65534)", "GroupId": "nogroup(65534)",
+	}
+	for _, id := range []int32{idBridge, idOurs} {
+		st.waitJobState(t, id, "PENDING")
+		st.requireJobFields(t, id, want)
+	}
+	fb, fo := st.jobFields(t, idBridge), st.jobFields(t, idOurs)
+	assert.Equal(t, "NO", fb["Exclusive"], "exclusive=false")
+	for _, k := range []string{"Exclusive", "OverSubscribe", "ReqTRES", "Nice", "Dependency", "Contiguous"} {
+		assert.Equal(t, fo[k], fb[k], "%s of the job from slurm-bridge's keys and of ours", k)
+	}
+	assert.Equal(t, "proj-e2e", st.wckey(t, idBridge))
+}
+
 func TestAnnotationGRESAndLicensesReachSlurm(t *testing.T) {
-	ns := namespace(t)
+	annotationGRESAndLicensesReachSlurm(t, localStack(), namespace(t))
+}
+
+// annotationGRESAndLicensesReachSlurm: the stack's Slurm has gpu GRES only and no licenses,
+// so it refuses a job asking for fpga or a license, in its own words; that they are Slurm's
+// gres and license errors shows where the values went.
+func annotationGRESAndLicensesReachSlurm(t *testing.T, st stack, ns string) {
 	cases := map[string]struct{ key, value, slurmSays string }{
-		// The nodes have gpu GRES (docs/gpus.md), no fpga: Slurm refuses fpga.
 		"gres":     {slurmjob.Annotation("gres"), "fpga:1", "Invalid generic resource (gres) specification"},
 		"bridge":   {slurmjob.AliasAnnotation("gres"), "gres/fpga=1", "Invalid generic resource (gres) specification"},
 		"licenses": {slurmjob.Annotation("licenses"), "matlab:2", "Invalid license specification"},
 	}
 	for name, c := range cases {
-		createPod(t, ns, name, annotated(map[string]string{c.key: c.value}))
+		createPod(t, ns, name, st.pod, annotated(map[string]string{c.key: c.value}))
 	}
 	for name, c := range cases {
 		p := getPod(t, ns, name)
@@ -234,29 +242,33 @@ func TestAnnotationGRESAndLicensesReachSlurm(t *testing.T) {
 		})
 		assert.Empty(t, getPod(t, ns, name).Labels[wellknown.JobIDLabel], "no job")
 	}
-	assert.Empty(t, activeJobsNamed(t, ns+"/"))
+	assert.Empty(t, st.activeJobsNamed(t, ns+"/"))
 }
 
 func TestAnnotationDependencyOnAPodGroup(t *testing.T) {
 	ns := namespace(t)
-	dep := slurmjob.Annotation("dependency")
-
 	// afterok on a workload is refused: its job ends CANCELLED, never COMPLETED.
 	_, err := kube.CoreV1().Pods(ns).Create(context.Background(), newPod(ns, "never",
 		withAnnotation("dependency", "afterok:PodGroup/prep")), metav1.CreateOptions{})
-	requireDenied(t, err, dep, "cannot name a workload")
+	requireDenied(t, err, slurmjob.Annotation("dependency"), "cannot name a workload")
 
-	prep := waitAllBound(t, createPodGroup(t, ns, "prep", 2, nil), 180*time.Second)
+	annotationDependencyOnAPodGroup(t, localStack(), ns)
+}
+
+// annotationDependencyOnAPodGroup: a pod's dependency on a PodGroup is one on the group's
+// Slurm job; a pod naming a group with no job yet waits, submitting nothing, until it has one.
+func annotationDependencyOnAPodGroup(t *testing.T, st stack, ns string) {
+	prep := waitAllBound(t, createPodGroup(t, ns, "prep", 2, nil, st.pod), 180*time.Second)
 	prepJob := jobIDOf(t, getPod(t, ns, prep[0].Name))
-	createPod(t, ns, "eval", withAnnotation("dependency", "afterany:PodGroup/prep"))
+	createPod(t, ns, "eval", st.pod, withAnnotation("dependency", "afterany:PodGroup/prep"))
 	id := waitJobID(t, ns, "eval", 60*time.Second)
-	localStack().waitDependencyReason(t, id) // as squeue shows it
-	localStack().requireJobFields(t, id, map[string]string{"Dependency": fmt.Sprintf("afterany:%d(unfulfilled)", prepJob)})
+	st.waitDependencyReason(t, id) // as squeue shows it
+	st.requireJobFields(t, id, map[string]string{"Dependency": fmt.Sprintf("afterany:%d(unfulfilled)", prepJob)})
 	time.Sleep(3 * time.Second)
 	assert.Empty(t, getPod(t, ns, "eval").Spec.NodeName, "not bound while prep's job runs")
 
 	// A pod naming a group that has no job yet waits, submitting nothing.
-	createPod(t, ns, "after-late", withAnnotation("dependency", "afterany:PodGroup/late"))
+	createPod(t, ns, "after-late", st.pod, withAnnotation("dependency", "afterany:PodGroup/late"))
 	eventually(t, 30*time.Second, "after-late waits for PodGroup late's job", func() bool {
 		c := podConditionOf(getPod(t, ns, "after-late"), v1.PodScheduled)
 		return c != nil && strings.Contains(c.Message, "PodGroup late has no Slurm job yet")
@@ -265,16 +277,14 @@ func TestAnnotationDependencyOnAPodGroup(t *testing.T) {
 	assert.NotContains(t, podEvents(t, getPod(t, ns, "after-late")), wellknown.EventInvalidSlurmJobSpec)
 
 	// prep ends: its job is cancelled, and eval's starts.
-	for _, p := range prep {
-		require.NoError(t, kube.CoreV1().Pods(ns).Delete(context.Background(), p.Name, metav1.DeleteOptions{}))
-	}
+	deleteGroupMembers(t, prep)
 	waitBound(t, ns, "eval", 180*time.Second)
-	assert.Equal(t, "RUNNING", localStack().jobFields(t, id)["JobState"])
+	assert.Equal(t, "RUNNING", st.jobFields(t, id)["JobState"])
 
 	// late gets a job: after-late is submitted with a dependency on it (the scheduler
 	// retries waiting pods at its resync, every 30 s).
-	late := createPodGroup(t, ns, "late", 1, nil)
+	late := createPodGroup(t, ns, "late", 1, nil, st.pod)
 	lateJob := waitJobID(t, ns, late[0].Name, 60*time.Second)
 	afterLate := waitJobID(t, ns, "after-late", 90*time.Second)
-	assert.Contains(t, localStack().jobFields(t, afterLate)["Dependency"], fmt.Sprintf("afterany:%d", lateJob))
+	assert.Contains(t, st.jobFields(t, afterLate)["Dependency"], fmt.Sprintf("afterany:%d", lateJob))
 }

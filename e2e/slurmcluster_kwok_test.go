@@ -106,13 +106,16 @@ func createIndexedGang(t *testing.T, ns, name string, n int32, opts ...podOpt) {
 // The scenarios of TestPodIsPlacedBySlurm, TestJobStateOnThePod,
 // TestSbatchJobAndPodShareNodes, TestGPUPodsGetTheirSlurmGPUIndices,
 // TestPodAndJobEndTogether, the time limit of TestSlurmEndsThePodWithTheReason,
-// TestAnnotationsReachTheSlurmJob, TestBadInputGetsAnEventAndNoJob,
+// TestAnnotationsReachTheSlurmJob, TestAnnotationAliasesGiveTheSameJob,
+// TestAnnotationGRESAndLicensesReachSlurm, TestAnnotationDependencyOnAPodGroup (their Slurm
+// parts; admission is the main release's), TestBadInputGetsAnEventAndNoJob,
 // TestSchedulerRestartKeepsOneJobPerPod, TestNotReadyNodeReleasesItsJob,
 // TestExclusivePodsQueueInSlurmPriorityOrder, TestPodGroupIsOneSlurmJob,
 // TestSbatchAndPodGroupCompeteInSlurmPriorityOrder, TestPodGroupLosingAMemberEndsTheGroup,
 // TestPodGroupLargerThanSlurmWaitsForANode (a fifth kwok node and its NodeSet join),
 // TestKubernetesPodGroupIsOneSlurmJob, TestPodsWithoutMemoryRequestShareANode,
-// TestJobSetIsOneSlurmJob, TestLeaderWorkerSetGroupsAreSlurmJobs,
+// TestJobSetIsOneSlurmJob, TestJobSetThatCannotStartAtOnceIsRefusedWithAnEvent,
+// TestLeaderWorkerSetGroupsAreSlurmJobs,
 // TestSlurmNodeFailureEndsThePod, TestNodeDownDrainedNotRespondingConditions,
 // TestDrainWaitsForTheSlurmJob (here the node's worker pod is drained too),
 // TestNodeUnhealthyConditionDrainsInSlurm, TestNodeControllerRestartKeepsDrainAndJob (the
@@ -201,6 +204,9 @@ func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 	t.Run("pod and job end together", func(t *testing.T) { podAndJobEndTogether(t, st, namespaceOn(t, st)) })
 	t.Run("time limit ends the pod", func(t *testing.T) { podTimeLimitEndsThePod(t, st, namespaceOn(t, st)) })
 	t.Run("annotations reach the Slurm job", func(t *testing.T) { annotationsReachTheSlurmJob(t, st, namespaceOn(t, st)) })
+	t.Run("annotation aliases give the same job", func(t *testing.T) { annotationAliasesGiveTheSameJob(t, st, namespaceOn(t, st)) })
+	t.Run("annotation GRES and licenses reach Slurm", func(t *testing.T) { annotationGRESAndLicensesReachSlurm(t, st, namespaceOn(t, st)) })
+	t.Run("annotation dependency on a PodGroup", func(t *testing.T) { annotationDependencyOnAPodGroup(t, st, namespaceOn(t, st)) })
 	t.Run("bad input gets an event and no job", func(t *testing.T) { badInputGetsAnEventAndNoJob(t, st, namespaceOn(t, st)) })
 	t.Run("scheduler restart keeps one job per pod", func(t *testing.T) { schedulerRestartKeepsOneJobPerPod(t, st, namespaceOn(t, st)) })
 	t.Run("NotReady node releases its job", func(t *testing.T) { notReadyNodeReleasesItsJob(t, st, namespaceOn(t, st)) })
@@ -216,6 +222,9 @@ func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 	t.Run("PodGroup larger than Slurm waits for a node", func(t *testing.T) { podGroupLargerThanSlurmWaitsForANode(t, st, namespaceOn(t, st)) })
 	t.Run("Kubernetes PodGroup is one Slurm job", func(t *testing.T) { kubernetesPodGroupIsOneSlurmJob(t, st, namespaceOn(t, st)) })
 	t.Run("JobSet is one Slurm job", func(t *testing.T) { jobSetIsOneSlurmJob(t, st, namespaceOn(t, st)) })
+	t.Run("JobSet that cannot start at once is refused with an event", func(t *testing.T) {
+		jobSetThatCannotStartAtOnceIsRefusedWithAnEvent(t, st, namespaceOn(t, st))
+	})
 	t.Run("LeaderWorkerSet groups are Slurm jobs", func(t *testing.T) { leaderWorkerSetGroupsAreSlurmJobs(t, st, namespaceOn(t, st)) })
 	t.Run("Slurm node failure ends the pod", func(t *testing.T) { slurmNodeFailureEndsThePod(t, st, namespaceOn(t, st)) })
 	t.Run("node down, drained, not responding", func(t *testing.T) { nodeDownDrainedNotRespondingConditions(t, st) })

@@ -95,12 +95,20 @@ func TestJobSetIsOneSlurmJob(t *testing.T) {
 }
 
 func TestJobSetThatCannotStartAtOnceIsRefusedWithAnEvent(t *testing.T) {
-	ns := namespace(t)
+	jobSetThatCannotStartAtOnceIsRefusedWithAnEvent(t, localStack(), namespace(t))
+}
+
+// jobSetThatCannotStartAtOnceIsRefusedWithAnEvent: a JobSet whose jobs start one after the
+// other (startupPolicyOrder InOrder) cannot be one all-at-once Slurm job: its pod gets an
+// event saying so, and nothing is submitted.
+func jobSetThatCannotStartAtOnceIsRefusedWithAnEvent(t *testing.T, st stack, ns string) {
 	one := int32(1)
-	podSpec := v1.PodTemplateSpec{Spec: v1.PodSpec{
+	member := &v1.Pod{Spec: v1.PodSpec{
 		SchedulerName: wellknown.SchedulerName, RestartPolicy: v1.RestartPolicyNever,
 		Containers: []v1.Container{{Name: "c", Image: "busybox"}},
 	}}
+	st.pod(member)
+	podSpec := v1.PodTemplateSpec{Spec: member.Spec}
 	js := &jobsetv1alpha2.JobSet{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ordered"},
 		Spec: jobsetv1alpha2.JobSetSpec{
@@ -121,7 +129,7 @@ func TestJobSetThatCannotStartAtOnceIsRefusedWithAnEvent(t *testing.T) {
 		return strings.Contains(podEvents(t, pods[0]), "startupPolicyOrder InOrder")
 	})
 	consistently(t, 5*time.Second, "no Slurm job for the JobSet, and its pod unbound", func() bool {
-		return len(jobsNamed(t, ns+"/")) == 0 && getPod(t, ns, pods[0].Name).Spec.NodeName == ""
+		return len(st.jobsNamed(t, ns+"/")) == 0 && getPod(t, ns, pods[0].Name).Spec.NodeName == ""
 	})
 }
 
