@@ -125,16 +125,15 @@ func (r *podRunner) crash(t *testing.T) {
 	require.NotNil(t, r.cmd, "the runner of %s runs", r.node)
 	procs := freezeTree(r.cmd.Process.Pid)
 	// The containers' namespaces, held (the frozen processes are in them) until killed.
-	own, err := mountns.Open(os.Getpid())
+	own, err := mountns.Of(os.Getpid())
 	require.NoError(t, err)
-	_ = own.Close()
 	containers := map[string]*mountns.Namespace{}
 	for _, pid := range procs[1:] {
 		ns, err := mountns.Open(pid)
 		if err != nil {
 			continue
 		}
-		if _, seen := containers[ns.String()]; seen || ns.String() == own.String() { // the runner's own, and the tests'
+		if _, seen := containers[ns.String()]; seen || ns.String() == own { // the runner's own, and the tests'
 			_ = ns.Close()
 			continue
 		}
@@ -154,6 +153,75 @@ func (r *podRunner) crash(t *testing.T) {
 	}
 	r.cmd = nil
 	t.Logf("crashed the machine of %s: killed the pod runner and its %d processes", r.node, len(procs)-1)
+}
+
+// killAlone kills the runner process alone (SIGKILL), as a kubelet may die while its
+// machine and its containers go on.
+func (r *podRunner) killAlone(t *testing.T) {
+	t.Helper()
+	require.NotNil(t, r.cmd, "the runner of %s runs", r.node)
+	require.NoError(t, r.cmd.Process.Kill())
+	select {
+	case <-r.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("pod runner of %s still running 30 s after SIGKILL", r.node)
+	}
+	r.cmd = nil
+}
+
+// A pod runner killed alone leaves its containers running. Started again, it ends them (a
+// process that left the container's process group with them) before it starts the
+// container again: the pod's processes run once, and the container counts a restart, its
+// last run ended Unknown as after a machine's reboot.
+func TestPodRunnerStartedAgainEndsWhatItLeftRunning(t *testing.T) {
+	ns := namespace(t)
+	r := startPodRunnerOn(t, runnerNode, "podrunner", runnerBinds)
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "left", Namespace: ns}, Spec: v1.PodSpec{
+		NodeName: runnerNode, TerminationGracePeriodSeconds: ptrTo[int64](1),
+		Containers: []v1.Container{{Name: "main", Image: "kubeslurm/slurmd:26.05",
+			Command: []string{"/bin/sh", "-c", "setsid sleep 3600 & exec sleep 3600"}}},
+	}}
+	_, err := kube.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{})
+	require.NoError(t, err)
+	var first v1.ContainerStatus
+	eventually(t, 60*time.Second, "the container running", func() bool {
+		p := getPod(t, ns, pod.Name)
+		if len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].State.Running == nil {
+			return false
+		}
+		first = p.Status.ContainerStatuses[0]
+		return true
+	})
+	pid, err := strconv.Atoi(strings.TrimPrefix(first.ContainerID, "podrunner://"))
+	require.NoError(t, err, first.ContainerID)
+	container, err := mountns.Open(pid)
+	require.NoError(t, err)
+	t.Cleanup(func() { // nothing left behind should the runner not end them
+		assert.NoError(t, container.Kill())
+		_ = container.Close()
+	})
+	processes := func() []int {
+		pids, err := container.Processes()
+		require.NoError(t, err)
+		return pids
+	}
+	eventually(t, 10*time.Second, "the container's two processes", func() bool { return len(processes()) == 2 })
+
+	r.killAlone(t)
+	time.Sleep(time.Second)
+	require.Len(t, processes(), 2, "the container's processes outlive its runner")
+
+	r.start(t)
+	eventually(t, 60*time.Second, "the container running again, with a restart", func() bool {
+		p := getPod(t, ns, pod.Name)
+		s := p.Status.ContainerStatuses
+		return len(s) == 1 && s[0].State.Running != nil && s[0].RestartCount == first.RestartCount+1 && s[0].ContainerID != first.ContainerID
+	})
+	assert.Empty(t, processes(), "the processes of the container's run before are gone")
+	last := getPod(t, ns, pod.Name).Status.ContainerStatuses[0].LastTerminationState.Terminated
+	require.NotNil(t, last)
+	assert.Equal(t, "Unknown", last.Reason)
+	assert.Equal(t, first.ContainerID, last.ContainerID)
 }
 
 // freezeTree stops (SIGSTOP) the process pid and all its descendants, found by their

@@ -47,8 +47,8 @@ func (n *Namespace) String() string { return n.id }
 // Close lets the namespace go (once its processes have too).
 func (n *Namespace) Close() error { return n.f.Close() }
 
-// of is process pid's mount namespace, as its /proc/PID/ns/mnt link reads.
-func of(pid int) (string, error) {
+// Of is process pid's mount namespace, as its /proc/PID/ns/mnt link reads.
+func Of(pid int) (string, error) {
 	return os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "ns", "mnt"))
 }
 
@@ -65,7 +65,7 @@ func (n *Namespace) Processes() ([]int, error) {
 		if err != nil {
 			continue
 		}
-		if got, err := of(pid); err == nil && got == n.id {
+		if got, err := Of(pid); err == nil && got == n.id {
 			pids = append(pids, pid)
 		}
 	}
@@ -76,7 +76,7 @@ func (n *Namespace) Processes() ([]int, error) {
 // others are killed). It refuses the caller's own namespace: a container whose namespace
 // was read before it had its own would otherwise take the host's processes with it.
 func (n *Namespace) Kill() error {
-	own, err := of(os.Getpid())
+	own, err := Of(os.Getpid())
 	if err != nil {
 		return err
 	}

@@ -44,14 +44,14 @@ func TestHeldNamespaceIsNotReused(t *testing.T) {
 	_ = first.Wait()
 
 	second := inNewNamespace()
-	id, err := of(second.Process.Pid)
+	id, err := Of(second.Process.Pid)
 	require.NoError(t, err)
 	assert.NotEqual(t, held.String(), id)
 	pids, err := held.Processes()
 	require.NoError(t, err)
 	assert.Empty(t, pids, "the held namespace's processes are gone; the new one's are not its")
 	require.NoError(t, held.Kill())
-	_, err = of(second.Process.Pid)
+	_, err = Of(second.Process.Pid)
 	assert.NoError(t, err, "the process of the new namespace is alive after the old one's kill")
 }
 

@@ -135,6 +135,7 @@ func (pr *podRun) stop() bool {
 func (pr *podRun) run(ctx context.Context) {
 	defer close(pr.done)
 	defer pr.killAll()
+	pr.endLeftRunning()
 	pr.startedAt = metav1.Now()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -233,7 +234,7 @@ func containerID(p *exec.Cmd) string {
 	if p == nil || p.Process == nil {
 		return ""
 	}
-	return "podrunner://" + strconv.Itoa(p.Process.Pid)
+	return containerIDPrefix + strconv.Itoa(p.Process.Pid)
 }
 
 // start runs container c: `kubeslurm-podrunner exec` in a new mount namespace, which mounts
