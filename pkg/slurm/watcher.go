@@ -134,10 +134,20 @@ func (w *Watcher) apply(started time.Time, list []Job, nodes []Node) {
 		}
 		seen[j.ID] = true
 		old, ok := w.jobs[j.ID]
-		if !ok || !old.equal(&j) || change.Resync {
+		// A job recorded by Observe (a submit) is reported by the first poll begun after
+		// that lists it, even when it is as recorded: the submitter may have read it back
+		// already allocated (Slurm can start a job within milliseconds), and the pods
+		// waiting for it went back to the queue after that read, so they learn of the
+		// allocation from this change (else only from the next resync).
+		at, observed := w.observed[j.ID]
+		first := observed && at.Before(started)
+		if !ok || !old.equal(&j) || change.Resync || first {
 			change.Jobs = append(change.Jobs, JobChange{Job: j})
 		}
 		w.store(&j)
+		if observed && !first {
+			w.observed[j.ID] = at // listed by a poll begun before the submit: the next one is the first
+		}
 	}
 	for id, old := range w.jobs {
 		if at, ok := w.observed[id]; ok {

@@ -26,3 +26,28 @@ func TestPollUnderWayKeepsJustSubmittedJob(t *testing.T) {
 	_, ok = w.JobForPod("u")
 	assert.False(t, ok, "a poll begun after the submit is believed")
 }
+
+// A job the submitter read back already allocated is still reported by the first poll that
+// lists it: its pods went back to the queue after that read, and wait for this change.
+func TestFirstListingOfASubmittedJobIsAChange(t *testing.T) {
+	w := NewWatcher(nil, time.Hour, time.Hour)
+	var changes []Change
+	w.OnChange(func(c Change) { changes = append(changes, c) })
+	w.apply(time.Now(), nil, nil)
+	changes = nil
+
+	job := Job{ID: 7, State: StateRunning, Nodes: []string{"n1"}, Pods: []slurmjob.PodRef{{Namespace: "ns", Name: "p", UID: "u"}}}
+	started := time.Now()
+	w.Observe(&job)
+	w.apply(started, []Job{job}, nil) // begun before the submit: not the first listing
+	assert.Empty(t, changes)
+
+	w.apply(time.Now(), []Job{job}, nil)
+	if assert.Len(t, changes, 1) && assert.Len(t, changes[0].Jobs, 1) {
+		assert.Equal(t, int32(7), changes[0].Jobs[0].Job.ID)
+	}
+
+	changes = nil
+	w.apply(time.Now(), []Job{job}, nil)
+	assert.Empty(t, changes, "only the first listing: unchanged after that")
+}
