@@ -78,10 +78,27 @@ func (pr *podRun) refreshVolumes(ctx context.Context) {
 		if s := vol.VolumeSource; s.ConfigMap != nil || s.Secret != nil || s.Projected != nil {
 			files, err := pr.volumeFiles(ctx, s, false)
 			if err == nil {
+				pr.keepTokens(vol.Name, s, files)
 				err = pr.syncFiles(vol.Name, files)
 			}
 			if err != nil {
 				klog.V(2).InfoS("volume not refreshed", "pod", klog.KObj(pr.pod), "volume", vol.Name, "err", err)
+			}
+		}
+	}
+}
+
+// keepTokens adds the service-account tokens volume vol has on disk to files, as they are:
+// a refresh asks for no new token, and a token left out would be removed as a file gone
+// (a client that reads its token again, or a restarted container, would find none).
+func (pr *podRun) keepTokens(vol string, s v1.VolumeSource, files map[string]volumeFile) {
+	if s.Projected == nil {
+		return
+	}
+	for _, src := range s.Projected.Sources {
+		if t := src.ServiceAccountToken; t != nil {
+			if data, err := os.ReadFile(filepath.Join(pr.volumeDir(vol), t.Path)); err == nil {
+				files[t.Path] = volumeFile{data: data} // unchanged, so not written again
 			}
 		}
 	}

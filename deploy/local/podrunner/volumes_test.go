@@ -8,9 +8,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // A Secret's projected volume follows the Secret as a kubelet's does: a key that appears
@@ -71,4 +74,42 @@ func TestRefreshVolumes(t *testing.T) {
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	assert.Len(t, entries, 1, "no temporary file left behind")
+}
+
+// The service-account token of a projected volume (the API server's kube-api-access) is
+// asked for once, at the pod's start, and stays through the refreshes of the volume's
+// other files.
+func TestRefreshKeepsTheServiceAccountToken(t *testing.T) {
+	ctx := context.Background()
+	ca := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": "ca"}}
+	kube := fake.NewClientset(ca)
+	tokens := 0
+	kube.PrependReactor("create", "serviceaccounts", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		tokens++
+		return true, &authenticationv1.TokenRequest{Status: authenticationv1.TokenRequestStatus{Token: "token-1"}}, nil
+	})
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}, Spec: v1.PodSpec{Volumes: []v1.Volume{{
+		Name: "kube-api-access", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{Sources: []v1.VolumeProjection{
+			{ServiceAccountToken: &v1.ServiceAccountTokenProjection{Path: "token"}},
+			{ConfigMap: &v1.ConfigMapProjection{LocalObjectReference: v1.LocalObjectReference{Name: "kube-root-ca.crt"},
+				Items: []v1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+		}}},
+	}}}}
+	pr := &podRun{r: &runner{kube: kube}, pod: pod, dir: t.TempDir()}
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(pr.volumeDir("kube-api-access"), name))
+		require.NoError(t, err, name)
+		return string(b)
+	}
+	require.NoError(t, pr.prepareVolumes(ctx))
+	assert.Equal(t, "token-1", read("token"))
+
+	ca.Data["ca.crt"] = "ca-2"
+	_, err := kube.CoreV1().ConfigMaps("ns").Update(ctx, ca, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	pr.refreshVolumes(ctx)
+	pr.refreshVolumes(ctx)
+	assert.Equal(t, "ca-2", read("ca.crt"))
+	assert.Equal(t, "token-1", read("token"), "the token stays")
+	assert.Equal(t, 1, tokens, "asked for once")
 }
