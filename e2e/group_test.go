@@ -337,31 +337,34 @@ func sbatchAndPodGroupCompeteInPriorityOrder(t *testing.T, st stack, ns string, 
 	assert.Equal(t, "PENDING", jobs[0].State)
 }
 
-// 6. No starvation: high-priority groups Slurm cannot start now stay pending while
-// lower-priority single pods that fit are all bound. Sized for the local cluster: one CPU
-// of node-1 is held, so no group of every node can start, and the 1-CPU pods fill the rest.
+// 6. No starvation (pendingGroupsDoNotStarveSmallPods).
 func TestPendingGroupsDoNotStarveSmallPods(t *testing.T) {
-	ns := namespace(t)
-	// 6 nodes of 4 CPUs: one CPU held by an sbatch job keeps every whole-cluster group out,
-	// and leaves room for all 20 single pods.
-	addNode(t, "node-5")
-	addNode(t, "node-6")
+	pendingGroupsDoNotStarveSmallPods(t, localStack(), namespace(t))
+}
+
+// pendingGroupsDoNotStarveSmallPods: high-priority groups Slurm cannot start now stay
+// pending while lower-priority single pods that fit are all bound. Sized for nodes of 4
+// CPUs: with two nodes added to the stack's four, one CPU of the first held by an sbatch
+// job keeps every group of all six nodes out, and leaves room for all 20 single pods.
+func pendingGroupsDoNotStarveSmallPods(t *testing.T, st stack, ns string) {
+	st.addNode(t)
+	st.addNode(t)
 	// Before the nodes go (clean-ups run last-registered first): end every pod and job here.
 	t.Cleanup(func() {
 		_ = kube.CoreV1().Pods(ns).DeleteCollection(context.Background(), metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)}, metav1.ListOptions{})
-		eventually(t, 60*time.Second, "no Slurm job of "+ns+" left", func() bool { return len(activeJobsNamed(t, ns+"/")) == 0 })
+		eventually(t, 60*time.Second, "no Slurm job of "+ns+" left", func() bool { return len(st.activeJobsNamed(t, ns+"/")) == 0 })
 	})
-	hold := sbatchJob(t, "-n1", "-w", nodes[0], "-t", "60", "-J", ns+"/hold", "--wrap", "sleep 3000")
-	waitJobState(t, hold, "RUNNING")
-	size := int32(len(nodes) + 2)
+	hold := st.sbatch(t, "-n1", "-w", st.nodes[0], "-t", "60", "-J", ns+"/hold", "--wrap", "sleep 3000")
+	st.waitJobState(t, hold, "RUNNING")
+	size := int32(len(st.nodes) + 2)
 	var groups [][]*v1.Pod
 	for g := 0; g < 10; g++ {
 		groups = append(groups, createPodGroup(t, ns, fmt.Sprintf("big%d", g), size,
-			map[string]string{slurmjob.Annotation("priority"): "100000"}))
+			map[string]string{slurmjob.Annotation("priority"): "100000"}, st.pod))
 	}
 	eventually(t, 60*time.Second, "10 group jobs pending in Slurm", func() bool {
 		n := 0
-		for _, j := range activeJobsNamed(t, ns+"/big") {
+		for _, j := range st.activeJobsNamed(t, ns+"/big") {
 			if j.State == "PENDING" {
 				n++
 			}
@@ -371,7 +374,7 @@ func TestPendingGroupsDoNotStarveSmallPods(t *testing.T) {
 	small := 20
 	var singles []*v1.Pod
 	for i := 0; i < small; i++ {
-		singles = append(singles, createPod(t, ns, fmt.Sprintf("small-%d", i),
+		singles = append(singles, createPod(t, ns, fmt.Sprintf("small-%d", i), st.pod,
 			withAnnotation("priority", "10"), withAnnotation("time-limit", "10")))
 	}
 	// Slurm's backfill starts them around the pending groups (bf_interval: 30 s by default).

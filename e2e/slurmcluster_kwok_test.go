@@ -48,6 +48,18 @@ func addAdoptedKwokNode(t *testing.T, name string) *podRunner {
 	return startPodRunnerOn(t, name, "podrunner-"+name, runnerAdopts)
 }
 
+// kwokNodeOptions size a kwok node's worker as the node says (4 CPUs, 8Gi) and as
+// deploy/local's slurmd are, whatever the host has; the cluster sets
+// SlurmdParameters=config_overrides, as deploy/local does, for hosts with fewer.
+var kwokNodeOptions = map[string]string{"CPUs": "4", "RealMemory": "7900"}
+
+// kwokNodeSet is the NodeSet of the i-th kwok node's worker (1-based): one NodeSet per node,
+// as the runners' pods share the host's network and each slurmd needs a port of its own.
+func kwokNodeSet(i int, node string) slurmv1.NodeSetSpec {
+	return slurmv1.NodeSetSpec{Name: fmt.Sprintf("kwok%d", i), Image: adoptedWorkerImage, Port: ptrTo(int32(6940 + i)),
+		NodeSelector: map[string]string{v1.LabelHostname: node}, GPUs: &slurmv1.NodeSetGPUs{}, NodeOptions: kwokNodeOptions}
+}
+
 // waitIndexedJobPods waits until the indexed Job's n pods are bound and returns them in
 // index order.
 func waitIndexedJobPods(t *testing.T, ns, name string, n int) []*v1.Pod {
@@ -102,7 +114,8 @@ func createIndexedGang(t *testing.T, ns, name string, n int32, opts ...podOpt) {
 // real slurmd on each kwok node, registered as the Kubernetes node's name; the release's
 // scheduler then makes an indexed Job's gang ONE job of that Slurm across the nodes, each
 // pod (a kwok fake) bound to the node of its rank, and the Job completes. Each node has 4
-// GPUs, which its runner makes fake devices for and its worker registers (nodeSets[].gpus).
+// GPUs, which its runner makes fake devices for and its worker registers (nodeSets[].gpus),
+// and its worker registers the node's 4 CPUs and 8Gi (nodeSets[].nodeOptions).
 // The scenarios of TestPodIsPlacedBySlurm, TestJobStateOnThePod,
 // TestSbatchJobAndPodShareNodes, TestGPUPodsGetTheirSlurmGPUIndices,
 // TestPodAndJobEndTogether, the time limit of TestSlurmEndsThePodWithTheReason,
@@ -113,6 +126,7 @@ func createIndexedGang(t *testing.T, ns, name string, n int32, opts ...podOpt) {
 // TestExclusivePodsQueueInSlurmPriorityOrder, TestPodGroupIsOneSlurmJob,
 // TestSbatchAndPodGroupCompeteInSlurmPriorityOrder, TestPodGroupLosingAMemberEndsTheGroup,
 // TestPodGroupLargerThanSlurmWaitsForANode (a fifth kwok node and its NodeSet join),
+// TestPendingGroupsDoNotStarveSmallPods (a fifth and a sixth),
 // TestKubernetesPodGroupIsOneSlurmJob, TestPodsWithoutMemoryRequestShareANode,
 // TestJobSetIsOneSlurmJob, TestJobSetThatCannotStartAtOnceIsRefusedWithAnEvent,
 // TestLeaderWorkerSetGroupsAreSlurmJobs,
@@ -136,20 +150,25 @@ func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 	ns := namespace(t)
 	c := createLocalCluster(t, ns, func(c *slurmv1.SlurmCluster) {
 		c.Spec.LoginSets = nil
-		// Slurm marks a silent node DOWN after SlurmdTimeout (300 s by default).
-		c.Spec.ExtraConfig = "SlurmdTimeout=30"
-		// One NodeSet per node: the runners' pods share the host's network, so each slurmd
-		// listens on a port of its own.
+		// Slurm marks a silent node DOWN after SlurmdTimeout (300 s by default). The
+		// workers declare the kwok nodes' size (kwokNodeOptions), which the host may not have.
+		c.Spec.ExtraConfig = "SlurmdTimeout=30\nSlurmdParameters=config_overrides"
 		c.Spec.NodeSets = nil
 		c.Spec.Partitions[0].NodeSets = nil
 		for i, n := range kwokNodes {
-			set := fmt.Sprintf("kwok%d", i+1)
-			c.Spec.NodeSets = append(c.Spec.NodeSets, slurmv1.NodeSetSpec{Name: set, Image: adoptedWorkerImage,
-				Port: ptrTo(int32(6941 + i)), NodeSelector: map[string]string{v1.LabelHostname: n}, GPUs: &slurmv1.NodeSetGPUs{}})
-			c.Spec.Partitions[0].NodeSets = append(c.Spec.Partitions[0].NodeSets, set)
+			set := kwokNodeSet(i+1, n)
+			c.Spec.NodeSets = append(c.Spec.NodeSets, set)
+			c.Spec.Partitions[0].NodeSets = append(c.Spec.Partitions[0].NodeSets, set.Name)
 		}
 	})
 	c = waitSlurmClusterReady(t, ns, kwokNodes...)
+	// Each worker registered with its NodeSet's node options.
+	for _, n := range kwokNodes {
+		out, ok := slurmCommand(t, c, "/usr/bin/scontrol", "show", "node", n)
+		require.True(t, ok, out)
+		assert.Equal(t, kwokNodeOptions["CPUs"], regexpField(out, "CPUTot"), "%s: %s", n, out)
+		assert.Equal(t, kwokNodeOptions["RealMemory"], regexpField(out, "RealMemory"), "%s: %s", n, out)
+	}
 
 	// Each worker really runs, on its kwok node: the runner, not kwok, wrote its status.
 	workers, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=slurmd"})
@@ -220,6 +239,7 @@ func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 	}
 	t.Run("PodGroup losing a member ends the group", func(t *testing.T) { podGroupLosingAMemberEndsTheGroup(t, st, namespaceOn(t, st)) })
 	t.Run("PodGroup larger than Slurm waits for a node", func(t *testing.T) { podGroupLargerThanSlurmWaitsForANode(t, st, namespaceOn(t, st)) })
+	t.Run("pending groups do not starve small pods", func(t *testing.T) { pendingGroupsDoNotStarveSmallPods(t, st, namespaceOn(t, st)) })
 	t.Run("Kubernetes PodGroup is one Slurm job", func(t *testing.T) { kubernetesPodGroupIsOneSlurmJob(t, st, namespaceOn(t, st)) })
 	t.Run("JobSet is one Slurm job", func(t *testing.T) { jobSetIsOneSlurmJob(t, st, namespaceOn(t, st)) })
 	t.Run("JobSet that cannot start at once is refused with an event", func(t *testing.T) {

@@ -241,13 +241,27 @@ func (st stack) waitJobState(t *testing.T, id int32, state string) {
 	})
 }
 
+// nextNode is the first name of format (with %d) from index from on that no Kubernetes
+// node has, and its index: a test may add several.
+func nextNode(t *testing.T, format string, from int) (int, string) {
+	t.Helper()
+	for i := from; ; i++ {
+		name := fmt.Sprintf(format, i)
+		_, err := kube.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return i, name
+		}
+		require.NoError(t, err)
+	}
+}
+
 // localStack is the local cluster's kubeslurm and Slurm (deploy/local).
 func localStack() stack {
 	return stack{pod: func(*v1.Pod) {}, scheduler: wellknown.SchedulerName, nodes: nodes, partition: "k8s", slurm: slurmCmd, reactIn: 2 * time.Second,
 		restartScheduler:  func(t *testing.T) { component(t, "restart", "scheduler") },
 		restartController: func(t *testing.T) { component(t, "restart", "controller") },
 		addNode: func(t *testing.T) string {
-			name := fmt.Sprintf("node-%d", len(nodes)+1)
+			_, name := nextNode(t, "node-%d", len(nodes)+1)
 			addNode(t, name)
 			return name
 		},
@@ -307,14 +321,13 @@ func clusterStack(c *slurmv1.SlurmCluster, runners map[string]*podRunner) stack 
 	// A kwok node with its runner, and a NodeSet of its own in the default partition
 	// (each slurmd has a port of its own: see TestSlurmClusterWorkersOnKwokNodes).
 	st.addNode = func(t *testing.T) string {
-		i := len(runners) + 1
-		name, set := fmt.Sprintf("kwok-worker-%d", i), fmt.Sprintf("kwok%d", i)
+		i, name := nextNode(t, "kwok-worker-%d", len(runners)+1)
 		addAdoptedKwokNode(t, name)
 		kc, key := slurmClient(t), client.ObjectKeyFromObject(c)
 		cur := &slurmv1.SlurmCluster{}
+		set := kwokNodeSet(i, name).Name
 		updateCluster(t, kc, key, cur, func(c *slurmv1.SlurmCluster) {
-			c.Spec.NodeSets = append(c.Spec.NodeSets, slurmv1.NodeSetSpec{Name: set, Image: adoptedWorkerImage,
-				Port: ptrTo(int32(6940 + i)), NodeSelector: map[string]string{v1.LabelHostname: name}, GPUs: &slurmv1.NodeSetGPUs{}})
+			c.Spec.NodeSets = append(c.Spec.NodeSets, kwokNodeSet(i, name))
 			c.Spec.Partitions[0].NodeSets = append(c.Spec.Partitions[0].NodeSets, set)
 		})
 		// Runs before the runner stops and the node goes (registered after them).

@@ -281,6 +281,15 @@ type NodeSetSpec struct {
 	// finds the devices). DaemonSet mode only. Absent: no GRES.
 	// +optional
 	GPUs *NodeSetGPUs `json:"gpus,omitempty"`
+	// NodeOptions are node parameters the workers register with (slurmd -Z --conf), over
+	// what slurmd detects: the hardware Slurm may hand out (CPUs, Boards, SocketsPerBoard,
+	// Sockets, CoresPerSocket, ThreadsPerCore, RealMemory, TmpDisk), what it keeps for the
+	// node's own daemons, such as the kubelet (CoreSpecCount, CpuSpecList, MemSpecLimit),
+	// and Weight. Keys as in slurm.conf's node lines, case-insensitive; other keys are
+	// refused (features, GRES, port and topology come from their own fields). Declaring more
+	// than the hardware has drains the node unless SlurmdParameters=config_overrides.
+	// +optional
+	NodeOptions map[string]string `json:"nodeOptions,omitempty"`
 	// Storage the workers' jobs see (shared home and project filesystems: NFS, a
 	// ReadWriteMany claim, ...), mounted into the slurmd container, where jobs run.
 	PodStorage `json:",inline"`

@@ -236,6 +236,13 @@ func (in *NodeSetSpec) DeepCopyInto(out *NodeSetSpec) {
 		*out = new(NodeSetGPUs)
 		**out = **in
 	}
+	if in.NodeOptions != nil {
+		in, out := &in.NodeOptions, &out.NodeOptions
+		*out = make(map[string]string, len(*in))
+		for key, val := range *in {
+			(*out)[key] = val
+		}
+	}
 	in.PodStorage.DeepCopyInto(&out.PodStorage)
 }
 

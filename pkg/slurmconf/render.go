@@ -83,6 +83,9 @@ func Validate(c *slurmv1.SlurmCluster) error {
 				return fmt.Errorf("nodeSets[%s]: feature %q is not a plain name", ns.Name, f)
 			}
 		}
+		if _, err := NodeOptions(ns.NodeOptions); err != nil {
+			return fmt.Errorf("nodeSets[%s]: nodeOptions: %w", ns.Name, err)
+		}
 		if g := ns.GPUs; g != nil {
 			if ns.Mode == slurmv1.NodeSetReplicas {
 				return fmt.Errorf("nodeSets[%s]: gpus needs mode DaemonSet: a Replicas worker has no node to count GPUs on", ns.Name)

@@ -185,6 +185,12 @@ func TestRenderRefusesInjection(t *testing.T) {
 			s.Accounting.ExtraConfig = "CommitDelay=1\rDbdPort=1"
 		}, "line break"},
 		{"feature with a newline", func(s *slurmv1.SlurmClusterSpec) { s.NodeSets[1].Features = []string{"a\nb=c"} }, "feature"},
+		{"node option adding a parameter", func(s *slurmv1.SlurmClusterSpec) {
+			s.NodeSets[1].NodeOptions = map[string]string{"RealMemory": "7900 State=DRAIN"}
+		}, "nodeSets[gpu]: nodeOptions: RealMemory"},
+		{"node option that is another field's", func(s *slurmv1.SlurmClusterSpec) {
+			s.NodeSets[1].NodeOptions = map[string]string{"Gres": "gpu:8"}
+		}, "not a node parameter a NodeSet may set"},
 		{"unknown nodeset", func(s *slurmv1.SlurmClusterSpec) { s.Partitions[1].NodeSets = []string{"nope"} }, "not in spec.nodeSets"},
 		{"two defaults", func(s *slurmv1.SlurmClusterSpec) { s.Partitions[1].Default = true }, "at most one"},
 		{"bad maxTime", func(s *slurmv1.SlurmClusterSpec) { s.Partitions[1].MaxTime = "1h" }, "maxTime"},

@@ -160,8 +160,8 @@ done
 
 // slurmdArgs registers the worker as a dynamic node (-Z) with configless slurmctld, with
 // its NodeSet's name (which slurm.conf's NodeSet of that name selects) and extra features,
-// and its node's GPUs as GRES.
-func slurmdArgs(c *slurmv1.SlurmCluster, w worker) []string {
+// its node's GPUs as GRES, and the NodeSet's node options.
+func slurmdArgs(c *slurmv1.SlurmCluster, w worker) ([]string, error) {
 	_, addr := slurmconf.ControllerHost(c)
 	features := append([]string{w.set.Name}, w.set.Features...)
 	conf := "Features=" + strings.Join(features, ",")
@@ -171,9 +171,16 @@ func slurmdArgs(c *slurmv1.SlurmCluster, w worker) []string {
 	if g := gresOf(w); g != "" {
 		conf += " Gres=" + g
 	}
+	opts, err := slurmconf.NodeOptions(w.set.NodeOptions)
+	if err != nil {
+		return nil, fmt.Errorf("nodeOptions: %w", err)
+	}
+	if len(opts) > 0 {
+		conf += " " + strings.Join(opts, " ")
+	}
 	return []string{"-D", "-Z", "-N", w.slurm,
 		"--conf-server", fmt.Sprintf("%s:%d", addr, controllerPort(c)),
-		"--conf", conf}
+		"--conf", conf}, nil
 }
 
 // slurmdPort is the port of the set's slurmd.
@@ -217,6 +224,10 @@ func workerPod(c *slurmv1.SlurmCluster, w worker) (*v1.Pod, error) {
 	if image == "" {
 		image = DefaultWorkerImage
 	}
+	args, err := slurmdArgs(c, w)
+	if err != nil {
+		return nil, err
+	}
 	labels := componentLabels(c, componentSlurmd)
 	labels[nodeSetLabel] = w.set.Name
 	pod := &v1.Pod{
@@ -235,7 +246,7 @@ func workerPod(c *slurmv1.SlurmCluster, w worker) (*v1.Pod, error) {
 				Name:    componentSlurmd,
 				Image:   image,
 				Command: []string{"/bin/sh", "-c", workerScript, "slurmd"},
-				Args:    slurmdArgs(c, w),
+				Args:    args,
 				Env: []v1.EnvVar{
 					{Name: "SLURM_NODE", Value: w.slurm},
 					{Name: "POD_NAME", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}}},

@@ -263,6 +263,38 @@ func TestWorkerPort(t *testing.T) {
 	}
 }
 
+// A NodeSet's node options are the worker's registration, after what kubeslurm sets; one
+// Slurm could not read makes no pod.
+func TestWorkerNodeOptions(t *testing.T) {
+	set := &slurmv1.NodeSetSpec{Name: "g", NodeOptions: map[string]string{"realmemory": "7900", "CPUs": "4", "MemSpecLimit": "512"}}
+	p, err := workerPod(newCluster(), worker{set: set, slurm: "n", kubeNode: "n"})
+	require.NoError(t, err)
+	ctr := p.Spec.Containers[0]
+	assert.Equal(t, "Features=g CPUs=4 MemSpecLimit=512 RealMemory=7900", ctr.Args[len(ctr.Args)-1])
+
+	set.NodeOptions = map[string]string{"CPUs": "4 Gres=gpu:8"}
+	_, err = workerPod(newCluster(), worker{set: set, slurm: "n", kubeNode: "n"})
+	require.ErrorContains(t, err, "nodeOptions: CPUs")
+}
+
+// Node options Slurm could not read are refused in ConfigValid with an event, and the
+// running workers are left as they are.
+func TestWorkerNodeOptionsRefused(t *testing.T) {
+	f := newWorkersFixture(t, 1)
+	before := f.workers()["slurm-r-0"]
+	require.NotNil(t, before)
+	f.events()
+	f.update(func(c *slurmv1.SlurmCluster) { c.Spec.NodeSets[0].NodeOptions = map[string]string{"Feature": "x"} })
+	f.reconcile()
+	cond := condition(f.cluster(), slurmv1.ConditionConfigValid)
+	assert.Equal(t, metav1.ConditionFalse, cond.Status)
+	assert.Contains(t, cond.Message, `nodeSets[r]: nodeOptions: "Feature" is not a node parameter a NodeSet may set`)
+	assert.Contains(t, f.events(), "Warning SlurmConfigRefused "+cond.Message)
+	after := f.workers()["slurm-r-0"]
+	require.NotNil(t, after, "the worker is kept")
+	assert.Equal(t, before.ResourceVersion, after.ResourceVersion, "and not touched")
+}
+
 // A worker whose slurmd ran while Slurm had no node of its name (the wrapper's exit code)
 // is recreated, with a warning.
 func TestUnregisteredWorkerRecreated(t *testing.T) {

@@ -161,9 +161,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	// Storage the pods cannot take is refused with the configuration (ConfigValid).
-	storageErr := validateStorage(c)
-	if err := r.ensureConfig(ctx, c, status, want, storageErr); err != nil {
+	// Pods that cannot be made (storage they cannot take, bad node options) are refused
+	// with the configuration (ConfigValid).
+	podsErr := validatePods(c)
+	if err := r.ensureConfig(ctx, c, status, want, podsErr); err != nil {
 		return ctrl.Result{}, err
 	}
 	// After the configuration: a ComputeDomain problem must not hold slurm.conf back.
@@ -186,9 +187,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.ensureRestAPI(ctx, c, status); err != nil {
 		return ctrl.Result{}, err
 	}
-	// Storage the pods cannot take (ConfigValid says why) leaves the login and worker pods
-	// as they are, as an invalid configuration leaves the running one.
-	if storageErr == nil {
+	// Pods that cannot be made (ConfigValid says why) leave the login and worker pods as
+	// they are, as an invalid configuration leaves the running one.
+	if podsErr == nil {
 		if poll, err := r.ensureLogins(ctx, c, status); err != nil {
 			return ctrl.Result{}, err
 		} else if poll {
@@ -328,7 +329,7 @@ func (r *Reconciler) createSecret(ctx context.Context, c *slurmv1.SlurmCluster, 
 
 // ensureConfig renders the spec into the ConfigMap and sets ConfigValid. A spec that does
 // not render leaves the ConfigMap as it is.
-func (r *Reconciler) ensureConfig(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus, want []worker, storageErr error) error {
+func (r *Reconciler) ensureConfig(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus, want []worker, podsErr error) error {
 	var opts []slurmconf.Option
 	if r.Identity != nil {
 		opts = append(opts, slurmconf.WithJWKS(r.Identity.JWKS()))
@@ -343,7 +344,7 @@ func (r *Reconciler) ensureConfig(ctx context.Context, c *slurmv1.SlurmCluster, 
 	}
 	files, err := slurmconf.Render(c, opts...)
 	if err == nil {
-		err = storageErr
+		err = podsErr
 	}
 	if err != nil {
 		msg := err.Error() + "; the last valid configuration stays in place"

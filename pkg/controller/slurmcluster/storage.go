@@ -37,9 +37,10 @@ func addStorage(spec *v1.PodSpec, s slurmv1.PodStorage, containers ...int) error
 	return nil
 }
 
-// validateStorage says why a NodeSet's or LoginSet's storage cannot be added to its pods:
-// it builds each set's pod as the controller would.
-func validateStorage(c *slurmv1.SlurmCluster) error {
+// validatePods says why a NodeSet's or LoginSet's pods cannot be made as the spec asks
+// (storage that cannot be added, a worker's node options): it builds each set's pod as the
+// controller would.
+func validatePods(c *slurmv1.SlurmCluster) error {
 	var errs []error
 	for i := range c.Spec.NodeSets {
 		set := &c.Spec.NodeSets[i]
