@@ -455,7 +455,11 @@ func sbatchJobAndPodShareNodes(t *testing.T, st stack, ns string) {
 		return false
 	})
 	assert.Empty(t, p.Spec.NodeName)
-	assert.Contains(t, podEvents(t, p), "PENDING (Resources)")
+	// The event comes from the scheduler's event broadcaster, which writes it after the
+	// condition, asynchronously.
+	eventually(t, 10*time.Second, "an event with Slurm's reason", func() bool {
+		return strings.Contains(podEvents(t, p), "PENDING (Resources)")
+	})
 	// The placeholder job waits behind the sbatch job. The nodes the affinity rules out
 	// reach Slurm as excluded nodes, never as required ones.
 	show := st.slurm(t, "scontrol", "show", "job", "-o", strconv.Itoa(int(jobIDOf(t, p))))
