@@ -147,6 +147,9 @@ func TestDecideDrain(t *testing.T) {
 		{"not wanted, ours on a busy node", "", []string{"MIXED", "DRAIN"}, cordonReason, clearDrain},
 		{"not wanted, an admin's drain is never undone", "", []string{idle, "DRAIN"}, "hw", keepDrain},
 		{"not wanted, an admin's reason that merely mentions us", "", []string{idle, "DRAIN"}, "see kubeslurm: later", keepDrain},
+		{"not wanted, a SlurmCluster worker's drain for its scale-in is not ours to undo", "", []string{idle, "DRAIN"}, "kubeslurm: worker pod slurm-cpu-n1 deleted", keepDrain},
+		{"wanted, a worker's drain is kept as it is", cordonReason, []string{idle, "DRAIN"}, "kubeslurm: worker pod slurm-cpu-n1 deleted", keepDrain},
+		{"not wanted, another node's reason", "", []string{idle, "DRAIN"}, "kubeslurm: node n10 cordoned in Kubernetes", keepDrain},
 		{"not wanted, our old reason on a down node that is not drained", "", []string{"DOWN"}, cordonReason + " : Not responding", keepDrain},
 	}
 	for _, tt := range tests {

@@ -23,10 +23,12 @@ const (
 )
 
 // decideDrain compares the drain we want with the one Slurm has. Only a drain whose
-// reason starts with our prefix is ours: any other (an admin's `scontrol update
-// state=drain reason=hw`) is never overwritten and never undone.
+// reason is of the form we write ("kubeslurm: node <name> ...", ourReason) is ours: any
+// other (an admin's `scontrol update state=drain reason=hw`, or a SlurmCluster worker's
+// "kubeslurm: worker pod <pod> deleted" while it scales in) is never overwritten and never
+// undone.
 func decideDrain(want string, n *slurm.Node) drainAction {
-	ours := strings.HasPrefix(n.Reason, wellknown.ReasonPrefix)
+	ours := strings.HasPrefix(n.Reason, ourReasonPrefix(n.Name))
 	drained := n.Has(slurm.NodeDrain)
 	switch {
 	case want != "" && !drained:
@@ -82,8 +84,11 @@ func drainReason(node *v1.Node, conditions []string) string {
 func deletedReason(name string) string { return ourReason(name, "deleted from Kubernetes") }
 
 func ourReason(name, why string) string {
-	return slurm.SanitizeReason(wellknown.ReasonPrefix + "node " + name + " " + why)
+	return slurm.SanitizeReason(ourReasonPrefix(name) + why)
 }
+
+// ourReasonPrefix starts every reason ourReason writes for node name.
+func ourReasonPrefix(name string) string { return wellknown.ReasonPrefix + "node " + name + " " }
 
 // slurmConditions are the node conditions mirroring the Slurm node's state flags, by
 // type: one per flag, DRAIN shown as Draining while jobs hold the node and Drained once
