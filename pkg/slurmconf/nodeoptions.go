@@ -7,16 +7,22 @@ import (
 	"strings"
 )
 
+// valueForm is the form a node parameter's value must have, and how an error names it.
+type valueForm struct {
+	re   *regexp.Regexp
+	desc string
+}
+
 var (
-	countRE   = regexp.MustCompile(`^[0-9]+$`)
-	cpuListRE = regexp.MustCompile(`^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$`)
+	wholeNumber = valueForm{regexp.MustCompile(`^[0-9]+$`), "a whole number"}
+	cpuList     = valueForm{regexp.MustCompile(`^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$`), "a list of CPU ids and ranges, such as 0-1,8"}
 )
 
 // nodeOption is a node parameter a NodeSet may set: its name as Slurm's documentation
 // writes it, and the form of its value.
 type nodeOption struct {
 	name string
-	form *regexp.Regexp
+	form valueForm
 }
 
 // nodeOptionForms are the node parameters a NodeSet may add to its workers' registration
@@ -24,10 +30,10 @@ type nodeOption struct {
 // refuses a --conf it cannot read at every start, so a typo is better refused at admission
 // than seen as a worker that never registers.
 var nodeOptionForms = func() map[string]nodeOption {
-	m := map[string]nodeOption{"cpuspeclist": {"CpuSpecList", cpuListRE}}
+	m := map[string]nodeOption{"cpuspeclist": {"CpuSpecList", cpuList}}
 	for _, n := range []string{"CPUs", "Boards", "SocketsPerBoard", "Sockets", "CoresPerSocket", "ThreadsPerCore",
 		"RealMemory", "TmpDisk", "CoreSpecCount", "MemSpecLimit", "Weight"} {
-		m[strings.ToLower(n)] = nodeOption{n, countRE}
+		m[strings.ToLower(n)] = nodeOption{n, wholeNumber}
 	}
 	return m
 }()
@@ -46,20 +52,13 @@ func NodeOptions(opts map[string]string) ([]string, error) {
 			return nil, fmt.Errorf("%s is set twice (%q and %q)", f.name, other, k)
 		}
 		seen[f.name] = k
-		if !f.form.MatchString(v) {
-			return nil, fmt.Errorf("%s: %q is not %s", k, v, formName(f.form))
+		if !f.form.re.MatchString(v) {
+			return nil, fmt.Errorf("%s: %q is not %s", k, v, f.form.desc)
 		}
 		out = append(out, f.name+"="+v)
 	}
 	sort.Strings(out)
 	return out, nil
-}
-
-func formName(re *regexp.Regexp) string {
-	if re == cpuListRE {
-		return "a list of CPU ids and ranges, such as 0-1,8"
-	}
-	return "a whole number"
 }
 
 func allowedNodeOptions() string {
