@@ -109,11 +109,23 @@ func slurmCmd(t *testing.T, name string, args ...string) string {
 	return out
 }
 
+// commandLimit bounds every command a test runs: one that hangs fails its test with what
+// it printed instead of holding the whole run until go test's own timeout.
+const commandLimit = 10 * time.Minute
+
 func runCmd(path string, args ...string) (string, error) {
-	cmd := exec.Command(path, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), commandLimit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, args...)
+	// A child that keeps the output pipe open (a daemon the command started) must not hold
+	// Wait once the command is killed.
+	cmd.WaitDelay = 10 * time.Second
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	err := cmd.Run()
+	if ctx.Err() != nil {
+		err = fmt.Errorf("killed after %s: %w", commandLimit, err)
+	}
 	return strings.TrimSpace(buf.String()), err
 }
 
@@ -194,6 +206,9 @@ func namespaceOn(t *testing.T, st stack) string {
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx := context.Background()
+		if t.Failed() { // the evidence, where CI shows it
+			t.Logf("pods of %s at the failure:\n%s%s", name, podTable(name), containerLogTails(name, 30))
+		}
 		_ = kube.CoreV1().Pods(name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)}, metav1.ListOptions{})
 		eventually(t, 60*time.Second, "no Slurm job of namespace "+name+" left after its pods are gone", func() bool {
 			return len(st.activeJobsNamed(t, name+"/")) == 0

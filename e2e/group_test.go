@@ -401,7 +401,7 @@ func TestGroupExamplesRun(t *testing.T) {
 			ns := namespace(t)
 			path := filepath.Join(repoRoot, "examples", ex.file)
 			nodeKubectl(t, "apply", "-n", ns, "-f", path)
-			t.Cleanup(func() { nodeKubectl(t, "delete", "-n", ns, "--wait=true", "-f", path) })
+			t.Cleanup(func() { deleteWaiting(t, ns, path) })
 			var pods []*v1.Pod
 			eventually(t, 60*time.Second, "the example's 3 pods", func() bool {
 				list, err := kube.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: ex.selector})

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,7 +40,63 @@ func applyExample(t *testing.T, ns, file string) {
 // applyFile applies the manifests of path in ns and deletes them at the end of the test.
 func applyFile(t *testing.T, ns, path string) {
 	nodeKubectl(t, "apply", "-n", ns, "-f", path)
-	t.Cleanup(func() { nodeKubectl(t, "delete", "-n", ns, "--wait=true", "-f", path) })
+	t.Cleanup(func() { deleteWaiting(t, ns, path) })
+}
+
+// deleteWaiting deletes the objects of the manifests at path in ns and waits for them to be
+// gone (a SlurmCluster's finalizer, say, until its workers drained), at most 3 minutes; when
+// they are not gone by then, the test fails with what is left in ns.
+func deleteWaiting(t *testing.T, ns, path string) {
+	t.Helper()
+	out, err := runCmd(filepath.Join(repoRoot, "bin", "kubectl"), "--kubeconfig", filepath.Join(runDir, "admin.kubeconfig"),
+		"delete", "-n", ns, "--wait=true", "--timeout=3m", "-f", path)
+	if err != nil {
+		t.Errorf("kubectl delete -f %s: %v: %s\nleft in %s:\n%s%s", path, err, out, ns, podTable(ns), containerLogTails(ns, 20))
+	}
+}
+
+// podTable is kubectl's table of the pods and SlurmClusters in ns, with their deletion
+// and finalizers.
+func podTable(ns string) string {
+	out, err := runCmd(filepath.Join(repoRoot, "bin", "kubectl"), "--kubeconfig", filepath.Join(runDir, "admin.kubeconfig"),
+		"get", "-n", ns, "pods,slurmclusters", "-o", "custom-columns=KIND:.kind,NAME:.metadata.name,DELETED:.metadata.deletionTimestamp,FINALIZERS:.metadata.finalizers,PHASE:.status.phase,NODE:.spec.nodeName")
+	if err != nil {
+		return fmt.Sprintf("(kubectl get: %v: %s)", err, out)
+	}
+	return out
+}
+
+// containerLogTails is the last lines of the logs of the containers the pod runners ran
+// for ns: a failure's evidence in the test's output, where CI shows it.
+func containerLogTails(ns string, lines int) string {
+	paths, _ := filepath.Glob(filepath.Join(runDir, "podrunner*", "logs", ns+"_*.log"))
+	var b strings.Builder
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		fmt.Fprintf(&b, "\n--- last %d lines of %s:\n%s", lines, filepath.Base(p), strings.Join(all[max(0, len(all)-lines):], "\n"))
+	}
+	// What the pod runners and the controller said of them.
+	daemons, _ := filepath.Glob(filepath.Join(runDir, "logs", "podrunner*.log"))
+	for _, p := range append(daemons, filepath.Join(runDir, "logs", "controller.log")) {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		var about []string
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.Contains(l, ns) {
+				about = append(about, l)
+			}
+		}
+		if len(about) > 0 {
+			fmt.Fprintf(&b, "\n--- last %d lines of %s about %s:\n%s", lines, filepath.Base(p), ns, strings.Join(about[max(0, len(about)-lines):], "\n"))
+		}
+	}
+	return b.String()
 }
 
 // applyEditedExample is applyExample of the example as edit changes it: what a user fills

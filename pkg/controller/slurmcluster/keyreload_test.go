@@ -85,7 +85,11 @@ func startDaemonScript(t *testing.T, daemon string, script func(dir, daemon stri
 	require.NoError(t, os.WriteFile(path, []byte(daemon), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "slurm.key"), []byte("old"), 0o600))
 	cmd := exec.Command("/bin/sh", "-c", script(dir, path), "daemon", "-D")
-	cmd.Env = append(os.Environ(), "LOG="+filepath.Join(dir, "log"), "KEY_WATCH_SECONDS=0.2")
+	cmd.Env = append(os.Environ(), "LOG="+filepath.Join(dir, "log"), "KEY_WATCH_SECONDS=0.2", "DRAIN_POLL_SECONDS=0.2")
+	stderr, err := os.Create(filepath.Join(dir, "stderr"))
+	require.NoError(t, err)
+	defer stderr.Close() // the process has its own descriptor
+	cmd.Stderr = stderr
 	if extraPath != "" {
 		cmd.Env = append(cmd.Env, "PATH="+extraPath+":"+os.Getenv("PATH"))
 	}
@@ -110,10 +114,29 @@ func (d *daemonRun) writeKeySet(content string) {
 	require.NoError(d.t, os.WriteFile(filepath.Join(d.dir, "slurm.jwks"), []byte(content), 0o600))
 }
 
+// stderr is what the script wrote to its standard error.
+func (d *daemonRun) stderr() string {
+	b, _ := os.ReadFile(filepath.Join(d.dir, "stderr"))
+	return string(b)
+}
+
 // exitCode signals the script and returns its exit code.
 func (d *daemonRun) exitCode(sig os.Signal) int {
 	require.NoError(d.t, d.cmd.Process.Signal(sig))
-	err := d.cmd.Wait()
+	return d.exited()
+}
+
+// exited waits (10 s at most) for the script to end and returns its exit code.
+func (d *daemonRun) exited() int {
+	done := make(chan error, 1)
+	go func() { done <- d.cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		_ = d.cmd.Process.Kill()
+		require.FailNow(d.t, "the script did not end within 10 s", "stderr: %s", d.stderr())
+	}
 	if err == nil {
 		return 0
 	}

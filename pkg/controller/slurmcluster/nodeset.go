@@ -112,8 +112,10 @@ const unregisteredExit = 3
 //     scale-in or a node's departure never kills a running job within the pod's grace
 //     period. Slurm's commands authenticate through slurmd's own sack socket, as root; the
 //     node's removal, once slurmd (and its socket) is gone, with a JWT asked for before. An
-//     unreachable slurmctld keeps it waiting (fail closed: jobs may still run); the grace
-//     period bounds the wait. A node Slurm does not have is not waited for.
+//     unreachable slurmctld keeps it waiting (fail closed: jobs may still run), and the
+//     drain is asked again until slurmctld takes it; the grace period bounds the wait. A
+//     node Slurm does not have, or no longer has (squeue -w then fails for ever), is not
+//     waited for. What it waits for goes to the container's log as it changes.
 //   - When the key files change (keyreload.go) it sends slurmd SIGHUP: slurmd re-executes
 //     itself and reads them again; its jobs keep running. A slurmd ended by a SIGHUP during
 //     its re-execution is started again (reloadRaced).
@@ -121,14 +123,35 @@ const unregisteredExit = 3
 //     has no node of its name (it never registered within 2 min, or its record was deleted)
 //     ends the container with exit code 3, and the controller recreates the pod. Only
 //     "not found" counts: an unreachable slurmctld is no reason.
-var workerScript = "KEY_DIR=" + slurmconf.ConfigDir + "\n" + keyWatchShell + `drain() {
-  if scontrol show node "$SLURM_NODE" 2>&1 | grep -q "not found"; then
-    kill -TERM "$pid"; wait "$pid"; exit 0
-  fi
-  scontrol update nodename="$SLURM_NODE" state=DRAIN reason="kubeslurm: worker pod $POD_NAME deleted"
-  until jobs=$(squeue -h -w "$SLURM_NODE" -o %i) && [ -z "$jobs" ]; do sleep 2; done
+var workerScript = "KEY_DIR=" + slurmconf.ConfigDir + "\n" + keyWatchShell + `nodeGone() { scontrol show node "$SLURM_NODE" 2>&1 | grep -q "not found"; }
+stopSlurmd() { kill -TERM "$pid"; wait "$pid"; }
+say() { echo "kubeslurm: $*" >&2; }
+drain() {
+  trap '' TERM # a second SIGTERM (the kubelet's, say) must not start the drain over
+  say "worker pod $POD_NAME deleted: draining Slurm node $SLURM_NODE"
+  drained=0 said=
+  while :; do
+    if nodeGone; then
+      say "Slurm has no node $SLURM_NODE: stopping slurmd"
+      stopSlurmd; exit 0
+    fi
+    if [ $drained = 0 ]; then
+      scontrol update nodename="$SLURM_NODE" state=DRAIN reason="kubeslurm: worker pod $POD_NAME deleted" && drained=1
+    fi
+    if [ $drained = 0 ]; then
+      wait_for="slurmctld to take the drain"
+    elif out=$(squeue -h -w "$SLURM_NODE" -o %i 2>&1); then
+      [ -z "$out" ] && break
+      wait_for="job(s) $(echo $out) on $SLURM_NODE to end"
+    else
+      wait_for="squeue: $out"
+    fi
+    [ "$wait_for" != "$said" ] && say "waiting for $wait_for"
+    said=$wait_for
+    sleep "${DRAIN_POLL_SECONDS:-2}"
+  done
   token=$(scontrol token lifespan=600)
-  kill -TERM "$pid"; wait "$pid"
+  stopSlurmd
   env "$token" scontrol delete nodename="$SLURM_NODE"
   exit 0
 }
@@ -147,8 +170,8 @@ while :; do
     *NodeName=*) registered=1 missing=0 ;;
     esac
     if { [ $registered = 1 ] && [ $missing -ge 3 ]; } || { [ $registered = 0 ] && [ $checks -ge 24 ]; }; then
-      echo "kubeslurm: slurmd runs but Slurm has no node $SLURM_NODE" >&2
-      kill -TERM "$pid"; wait "$pid"
+      say "slurmd runs but Slurm has no node $SLURM_NODE"
+      stopSlurmd
       exit 3
     fi
   done

@@ -322,23 +322,32 @@ func TestUnregisteredWorkerRecreated(t *testing.T) {
 	assert.Contains(t, f.workers(), "slurm-r-0", "recreated")
 }
 
-// fakeScontrol is scontrol (with an empty squeue beside it) for workerScript: Slurm has the node, no job
-// runs there, and each call is logged.
+// fakeScontrol is scontrol for workerScript, each call logged: Slurm has the node, but not
+// once $LOG.gone exists, and slurmctld cannot be reached while $LOG.down exists.
 const fakeScontrol = `#!/bin/sh
 echo "scontrol $*" >>"$LOG.commands"
+[ -e "$LOG.down" ] && { echo "Unable to contact slurm controller (connect failure)" >&2; exit 1; }
 case "$1 $2" in
-"show node") echo "NodeName=$3 State=IDLE" ;;
+"show node") [ -e "$LOG.gone" ] && { echo "Node $3 not found"; exit 1; }; echo "NodeName=$3 State=IDLE" ;;
 "token lifespan=600") echo SLURM_JWT=token ;;
 esac
 `
 
-// The worker's script: a key change SIGHUPs slurmd, a slurmd ended by a SIGHUP during its
-// re-execution is started again, and the pod's SIGTERM drains the node, stops slurmd and
-// deletes the node. Run with a real /bin/sh, a fake slurmd and fake Slurm commands.
-func TestWorkerScriptReloadsDrainsAndDeletes(t *testing.T) {
+// fakeSqueue is squeue -h -w <node> -o %i beside fakeScontrol: the ids in $LOG.jobs, and
+// squeue's error for a node Slurm does not have.
+const fakeSqueue = `#!/bin/sh
+[ -e "$LOG.down" ] && { echo "squeue: error: Unable to contact slurm controller (connect failure)" >&2; exit 1; }
+[ -e "$LOG.gone" ] && { echo "squeue: error: Invalid node name $3" >&2; exit 1; }
+cat "$LOG.jobs" 2>/dev/null
+exit 0
+`
+
+// startWorkerScript runs workerScript for node n1 with a real /bin/sh, a fake slurmd and
+// fake Slurm commands, until slurmd has started.
+func startWorkerScript(t *testing.T) *daemonRun {
 	bin := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(bin, "scontrol"), []byte(fakeScontrol), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(bin, "squeue"), []byte("#!/bin/sh\n"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "squeue"), []byte(fakeSqueue), 0o755))
 	t.Setenv("SLURM_NODE", "n1")
 	t.Setenv("POD_NAME", "slurm-n1")
 	d := startDaemonScript(t, fakeReexecutingDaemon, func(dir, daemon string) string {
@@ -346,6 +355,50 @@ func TestWorkerScriptReloadsDrainsAndDeletes(t *testing.T) {
 		return strings.ReplaceAll(script, "/usr/sbin/slurmd", daemon)
 	}, bin)
 	d.waitFor(1)
+	return d
+}
+
+// drainCommands are the Slurm commands the script ran, but `scontrol show node`.
+func (d *daemonRun) drainCommands() []string {
+	commands, err := os.ReadFile(filepath.Join(d.dir, "log.commands"))
+	require.NoError(d.t, err)
+	var drain []string
+	for _, c := range strings.Split(strings.TrimSpace(string(commands)), "\n") {
+		if !strings.HasPrefix(c, "scontrol show node") {
+			drain = append(drain, c)
+		}
+	}
+	return drain
+}
+
+// fakeSlurm changes what fakeScontrol and fakeSqueue answer: the file $LOG.<what>, with
+// content, or removed when content is nil.
+func (d *daemonRun) fakeSlurm(what string, content []byte) {
+	path := filepath.Join(d.dir, "log."+what)
+	if content == nil {
+		require.NoError(d.t, os.Remove(path))
+		return
+	}
+	require.NoError(d.t, os.WriteFile(path, content, 0o644))
+}
+
+// waitSaid waits until the script has written want to its standard error.
+func (d *daemonRun) waitSaid(want string) {
+	require.Eventually(d.t, func() bool { return strings.Contains(d.stderr(), want) }, 10*time.Second, 50*time.Millisecond,
+		"waiting for %q in: %s", want, d.stderr())
+}
+
+var drainedAndDeleted = []string{
+	"scontrol update nodename=n1 state=DRAIN reason=kubeslurm: worker pod slurm-n1 deleted",
+	"scontrol token lifespan=600",
+	"scontrol delete nodename=n1",
+}
+
+// The worker's script: a key change SIGHUPs slurmd, a slurmd ended by a SIGHUP during its
+// re-execution is started again, and the pod's SIGTERM drains the node, stops slurmd and
+// deletes the node.
+func TestWorkerScriptReloadsDrainsAndDeletes(t *testing.T) {
+	d := startWorkerScript(t)
 	d.writeKeySet(`{"keys":[]}`)
 	d.waitFor(2)
 	d.writeKeySet(`{"keys":[{}]}`)
@@ -353,19 +406,49 @@ func TestWorkerScriptReloadsDrainsAndDeletes(t *testing.T) {
 	assert.Equal(t, []string{"start", "start", "hup"}, d.lines(), "slurmd ended by the first SIGHUP, started again")
 
 	assert.Equal(t, 0, d.exitCode(syscall.SIGTERM))
-	commands, err := os.ReadFile(filepath.Join(d.dir, "log.commands"))
-	require.NoError(t, err)
-	var drain []string
-	for _, c := range strings.Split(strings.TrimSpace(string(commands)), "\n") {
-		if !strings.HasPrefix(c, "scontrol show node") {
-			drain = append(drain, c)
-		}
+	assert.Equal(t, drainedAndDeleted, d.drainCommands())
+}
+
+// The drain waits for the node's jobs, and for a slurmctld it cannot reach (asking for the
+// drain again until slurmctld takes it), saying what it waits for; a node Slurm no longer
+// has is not waited for (squeue -w fails for it for ever): slurmd stops, nothing is deleted.
+func TestWorkerScriptDrainWaits(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		at       string // the fake Slurm's state when the pod is deleted: a file and its content
+		said     string
+		then     func(d *daemonRun)
+		commands []string
+	}{
+		{"jobs on the node", "jobs", "waiting for job(s) 42 43 on n1 to end",
+			func(d *daemonRun) { d.fakeSlurm("jobs", nil) }, drainedAndDeleted},
+		{"slurmctld unreachable", "down", "waiting for slurmctld to take the drain",
+			func(d *daemonRun) { d.fakeSlurm("down", nil) }, nil},
+		{"node removed while a job runs", "jobs", "waiting for job(s) 42 43 on n1 to end",
+			func(d *daemonRun) { d.fakeSlurm("gone", []byte{}) },
+			[]string{"scontrol update nodename=n1 state=DRAIN reason=kubeslurm: worker pod slurm-n1 deleted"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := startWorkerScript(t)
+			time.Sleep(300 * time.Millisecond) // its SIGTERM trap set
+			d.fakeSlurm(tc.at, []byte("42\n43\n"))
+			require.NoError(t, d.cmd.Process.Signal(syscall.SIGTERM))
+			d.waitSaid("kubeslurm: " + tc.said)
+			time.Sleep(500 * time.Millisecond) // a few rounds of waiting
+			require.NoError(t, d.cmd.Process.Signal(syscall.SIGTERM), "a second SIGTERM does not start over")
+			tc.then(d)
+			assert.Equal(t, 0, d.exited())
+			commands := d.drainCommands()
+			if tc.commands == nil { // the drain asked again until taken
+				assert.Greater(t, len(commands), len(drainedAndDeleted), "%v", commands)
+				assert.Equal(t, drainedAndDeleted, commands[len(commands)-3:])
+			} else {
+				assert.Equal(t, tc.commands, commands)
+			}
+			assert.Equal(t, 1, strings.Count(d.stderr(), "kubeslurm: "+tc.said), "said once: %s", d.stderr())
+			assert.Equal(t, 1, strings.Count(d.stderr(), "draining Slurm node n1"), "drained once: %s", d.stderr())
+		})
 	}
-	assert.Equal(t, []string{
-		"scontrol update nodename=n1 state=DRAIN reason=kubeslurm: worker pod slurm-n1 deleted",
-		"scontrol token lifespan=600",
-		"scontrol delete nodename=n1",
-	}, drain)
 }
 
 func TestWorkerPodName(t *testing.T) {
