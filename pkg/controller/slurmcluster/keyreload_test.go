@@ -93,8 +93,10 @@ func startDaemonScript(t *testing.T, daemon string, script func(dir, daemon stri
 	if extraPath != "" {
 		cmd.Env = append(cmd.Env, "PATH="+extraPath+":"+os.Getenv("PATH"))
 	}
+	// A group of its own: the cleanup ends the daemon too, should the script not have.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
 	return &daemonRun{t: t, dir: dir, cmd: cmd}
 }
 

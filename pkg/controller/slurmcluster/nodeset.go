@@ -341,7 +341,10 @@ func specHash(spec v1.PodSpec) string {
 // ensureWorkers makes the worker pods match the NodeSets: missing ones created, those no
 // set asks for any more deleted, and one whose spec changed replaced; replacements go one
 // at a time, and only while every other worker is ready, so an update never takes more
-// than one node out of Slurm. It returns the ready workers.
+// than one node out of Slurm. Removals and replacements also wait until slurmctld runs the
+// rendered configuration (ConfigApplied): a going worker drains through slurmctld, which a
+// change of both restarts at the same time, and its replacement (new GRES, say) must
+// register with the configuration made for it. It returns the ready workers.
 func (r *Reconciler) ensureWorkers(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus, want []worker) (int32, error) {
 	pods, err := r.listWorkerPods(ctx, c)
 	if err != nil {
@@ -365,6 +368,7 @@ func (r *Reconciler) ensureWorkers(ctx context.Context, c *slurmv1.SlurmCluster,
 		}
 		desired[p.Name] = p
 	}
+	settled := meta.IsStatusConditionTrue(status.Conditions, slurmv1.ConditionConfigApplied)
 	// Workers out of Slurm now: missing, going or not ready.
 	unavailable := 0
 	for name := range desired {
@@ -382,6 +386,7 @@ func (r *Reconciler) ensureWorkers(ctx context.Context, c *slurmv1.SlurmCluster,
 				"its slurmd ran but Slurm had no node of its name; recreating it"); err != nil {
 				return 0, err
 			}
+		case !settled:
 		case !ok:
 			if err := r.deleteWorker(ctx, c, p, wellknown.EventSlurmWorkerRemoved, "its NodeSet no longer asks for it"); err != nil {
 				return 0, err

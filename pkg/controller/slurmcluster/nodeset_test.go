@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,9 +24,11 @@ import (
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
 
+// workers are the worker pods in the fixture's namespace, by name.
 func (f *fixture) workers() map[string]*v1.Pod {
 	pods := &v1.PodList{}
-	require.NoError(f.t, f.kube.List(context.Background(), pods, client.InNamespace("hpc")))
+	require.NoError(f.t, f.kube.List(context.Background(), pods, client.InNamespace("hpc"),
+		client.MatchingLabels{wellknown.SlurmComponentLabel: componentSlurmd}))
 	out := map[string]*v1.Pod{}
 	for i := range pods.Items {
 		out[pods.Items[i].Name] = &pods.Items[i]
@@ -34,10 +37,13 @@ func (f *fixture) workers() map[string]*v1.Pod {
 }
 
 // controllerUp marks slurmctld's StatefulSet ready, as the cluster would.
+// controllerUp: slurmctld's StatefulSet is ready, its pod running the configuration of its
+// template (as after a restart for a new one).
 func (f *fixture) controllerUp() {
 	sts := f.statefulSet()
 	sts.Status.ReadyReplicas, sts.Status.Replicas = 1, 1
 	require.NoError(f.t, f.kube.Status().Update(context.Background(), sts))
+	f.controllerPodOn(sts.Spec.Template.Annotations[wellknown.SlurmConfigHashAnnotation], true, v1.ContainerStatus{})
 }
 
 // newWorkersFixture is a cluster of one Replicas-mode NodeSet "r" whose slurmctld is up,
@@ -293,6 +299,42 @@ func TestWorkerNodeOptionsRefused(t *testing.T) {
 	after := f.workers()["slurm-r-0"]
 	require.NotNil(t, after, "the worker is kept")
 	assert.Equal(t, before.ResourceVersion, after.ResourceVersion, "and not touched")
+}
+
+// A change of both slurm.conf and the workers restarts slurmctld first: workers are
+// replaced or removed only once slurmctld runs the new configuration (ConfigApplied), so a
+// going worker drains through a slurmctld that is up, and a new one registers with the
+// configuration made for it.
+func TestWorkersWaitForSlurmctldOnTheNewConfiguration(t *testing.T) {
+	f := newWorkersFixture(t, 2)
+	before := f.workers()
+	require.Len(t, before, 2)
+	for _, p := range before {
+		f.setReady(p, true)
+	}
+	f.update(func(c *slurmv1.SlurmCluster) {
+		c.Spec.NodeSets[0].Image = "kubeslurm/slurmd:next"
+		c.Spec.NodeSets[0].Replicas = ptr[int32](1)
+		c.Spec.Partitions = []slurmv1.PartitionSpec{{Name: "new", NodeSets: []string{"r"}}}
+	})
+	f.reconcile()
+	cond := meta.FindStatusCondition(f.cluster().Status.Conditions, slurmv1.ConditionConfigApplied)
+	require.NotNil(t, cond)
+	assert.Equal(t, metav1.ConditionFalse, cond.Status, "slurmctld restarting: %s", cond.Message)
+	require.Len(t, f.workers(), 2)
+	for name, p := range f.workers() {
+		assert.Nil(t, p.DeletionTimestamp, "%s kept while slurmctld restarts", name)
+		assert.Equal(t, before[name].ResourceVersion, p.ResourceVersion, "%s untouched", name)
+	}
+
+	f.controllerUp() // slurmctld runs the new configuration
+	f.reconcile()
+	after := f.workers()
+	assert.NotContains(t, after, "slurm-r-1", "removed: replicas lowered")
+	assert.NotContains(t, after, "slurm-r-0", "replaced: the image changed")
+	f.reconcile()
+	require.Contains(t, f.workers(), "slurm-r-0")
+	assert.Equal(t, "kubeslurm/slurmd:next", f.workers()["slurm-r-0"].Spec.Containers[0].Image)
 }
 
 // A worker whose slurmd ran while Slurm had no node of its name (the wrapper's exit code)

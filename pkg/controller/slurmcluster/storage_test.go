@@ -42,7 +42,9 @@ func TestStorageReachesWorkersAndLogins(t *testing.T) {
 			SSSDConfRef: &v1.SecretKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "sssd"}, Key: "conf"},
 			SSH:         &slurmv1.LoginSSHSpec{}}}
 	})
-	f.reconcile() // the worker is replaced: the old pod goes, then the new one comes
+	f.reconcile()
+	f.controllerUp() // slurmctld restarted with the login set's configuration
+	f.reconcile()    // the worker is replaced: the old pod goes, then the new one comes
 	f.reconcile()
 	w := f.workers()["slurm-r-0"]
 	require.NotNil(t, w)
