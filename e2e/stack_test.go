@@ -315,6 +315,12 @@ func clusterStack(c *slurmv1.SlurmCluster, runners map[string]*podRunner) stack 
 		slurm: func(t *testing.T, command string, args ...string) string {
 			t.Helper()
 			out, ok := slurmCommand(t, c, append([]string{"/usr/bin/" + command}, args...)...)
+			// A node joining or leaving restarts slurmctld (its NodeSet changes slurm.conf):
+			// a read meanwhile is asked again, as an admin would.
+			for try := 1; !ok && try < 5 && readOnlySlurmCommand(command, args) && slurmctldRestarting(out); try++ {
+				time.Sleep(2 * time.Second)
+				out, ok = slurmCommand(t, c, append([]string{"/usr/bin/" + command}, args...)...)
+			}
 			require.True(t, ok, "%s %v: %s", command, args, out)
 			return commandOutput(out)
 		}}
@@ -1010,4 +1016,19 @@ func controllerRestartKeepsDrainAndJob(t *testing.T, st stack, ns string) {
 	eventually(t, st.reactIn, "taint gone from "+node, func() bool { return !hasSlurmTaint(getNode(t, node)) })
 	j, ok := st.jobByID(t, id)
 	assert.True(t, ok && j.State == "RUNNING" && j.Nodes == node, "job %d still running on %s: %+v", id, node, j)
+}
+
+// readOnlySlurmCommand: the Slurm command changes nothing, so it may be run again.
+func readOnlySlurmCommand(command string, args []string) bool {
+	return command == "sinfo" || command == "squeue" || command == "scontrol" && len(args) > 0 && args[0] == "show"
+}
+
+// slurmctldRestarting: a Slurm command's output says slurmctld could not be reached.
+func slurmctldRestarting(out string) bool {
+	for _, s := range []string{"Connection reset by peer", "Connection refused", "Unable to contact slurm controller"} {
+		if strings.Contains(out, s) {
+			return true
+		}
+	}
+	return false
 }
