@@ -438,9 +438,16 @@ func rejectedByCtld(t *testing.T, c *slurmv1.SlurmCluster, update func(func(*slu
 		return err == nil && p.DeletionTimestamp == nil && podReady(p) && p.Annotations[wellknown.SlurmConfigHashAnnotation] == applied
 	})
 	t.Logf("slurmctld ready on configuration %s %s after the spec change", applied, time.Since(start).Round(time.Second))
-	out, ok := slurmCommand(t, c, "/usr/bin/scontrol", "ping")
-	require.True(t, ok, out)
-	assert.Contains(t, out, "Slurmctld(primary) at slurm-controller-0 is UP")
+	// Once (in a fresh-clone run) the StatefulSet replaced that pod again 2 s after it
+	// came up, and a ping just then found slurmctld DOWN: it must be up again within a minute.
+	var (
+		out string
+		ok  bool
+	)
+	eventually(t, 60*time.Second, "scontrol ping: slurmctld UP on configuration "+applied, func() bool {
+		out, ok = slurmCommand(t, c, "/usr/bin/scontrol", "ping")
+		return ok && strings.Contains(out, "Slurmctld(primary) at slurm-controller-0 is UP")
+	})
 	// The configuration slurmctld runs (and serves to its configless workers).
 	out, ok = slurmCommand(t, c, "/usr/bin/scontrol", "show", "config")
 	require.True(t, ok, out)
