@@ -126,8 +126,7 @@ func TestComputeDomainFollowsWorkers(t *testing.T) {
 		assert.Equal(t, step.cond, cond.Status)
 		assert.Contains(t, cond.Message, strings.Join(step.nodes, ","))
 	}
-	out, err := runCmd(filepath.Join(repoRoot, "bin", "kubectl"), "--kubeconfig", filepath.Join(runDir, "admin.kubeconfig"),
-		"-n", ns, "get", "slurmcluster", "gpu")
+	out, err := adminKubectl("-n", ns, "get", "slurmcluster", "gpu")
 	require.NoError(t, err, out)
 	t.Logf("kubectl get slurmcluster:\n%s", out)
 	assert.Regexp(t, slurmClusterColumns, out)

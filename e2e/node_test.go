@@ -230,7 +230,7 @@ func BenchmarkNodeDrainLatency(b *testing.B) {
 	t := &testing.T{}
 	node := nodes[0]
 	defer func() {
-		_, _ = runCmd(filepath.Join(repoRoot, "bin", "kubectl"), "--kubeconfig", filepath.Join(runDir, "admin.kubeconfig"), "uncordon", node)
+		_, _ = adminKubectl("uncordon", node)
 		_, _ = runCmd(filepath.Join(runDir, "bin", "scontrol"), "update", "nodename="+node, "state=resume")
 	}()
 	drained := func() bool { s, _ := sinfoNode(t, node); return strings.HasPrefix(s, "drain") }
@@ -268,8 +268,13 @@ func restoreNodeAtEnd(t *testing.T, node string) { localStack().restoreNodeAtEnd
 
 func nodeKubectl(t *testing.T, args ...string) {
 	t.Helper()
-	out, err := runCmd(filepath.Join(repoRoot, "bin", "kubectl"), append([]string{"--kubeconfig", filepath.Join(runDir, "admin.kubeconfig")}, args...)...)
+	out, err := adminKubectl(args...)
 	require.NoError(t, err, "kubectl %v: %s", args, out)
+}
+
+// adminKubectl runs the cluster's kubectl as admin (runCmd: time-limited, output combined).
+func adminKubectl(args ...string) (string, error) {
+	return runCmd(filepath.Join(repoRoot, "bin", "kubectl"), append([]string{"--kubeconfig", filepath.Join(runDir, "admin.kubeconfig")}, args...)...)
 }
 
 func getNode(t *testing.T, name string) *v1.Node {

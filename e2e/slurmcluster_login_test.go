@@ -7,7 +7,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -189,8 +188,7 @@ func TestSlurmClusterLoginSSSD(t *testing.T) {
 	}
 	eventually(t, 60*time.Second, "LoginsReady: 1/1 login pods ready", loginsReady(slurmcluster.ReasonLoginsRunning, "1/1 login pods ready"))
 	// `kubectl get slurmcluster -o wide` prints it in LOGINS.
-	out, err := runCmd(filepath.Join(repoRoot, "bin", "kubectl"), "--kubeconfig", filepath.Join(runDir, "admin.kubeconfig"),
-		"-n", ns, "get", "slurmcluster", "slurm", "-o", "wide")
+	out, err := adminKubectl("-n", ns, "get", "slurmcluster", "slurm", "-o", "wide")
 	require.NoError(t, err, out)
 	assert.Regexp(t, `(?m)^NAME\s+CLUSTER\s+CONTROLLER\s+READY\s+WORKERS\s+NODES\s+CONFIG\s+KEYS\s+ACCOUNTING\s+LOGINS\s+DOMAIN\s`, out)
 	assert.Regexp(t, `(?m)^slurm\s+sssd\s+True\s+1\s+1\s+idle=1\s+True\s+True\s+True\s`, out, "LOGINS True (no ACCOUNTING value)")

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -146,8 +145,7 @@ func TestSlurmClusterKeysAndConfig(t *testing.T) {
 	cm = configMap()
 	assert.Equal(t, good.ResourceVersion, cm.ResourceVersion, "the old ConfigMap is unchanged")
 	assert.Equal(t, good.Data, cm.Data)
-	out, err := runCmd(filepath.Join(repoRoot, "bin", "kubectl"), "--kubeconfig", filepath.Join(runDir, "admin.kubeconfig"),
-		"-n", ns, "get", "slurmcluster", "slurm")
+	out, err := adminKubectl("-n", ns, "get", "slurmcluster", "slurm")
 	require.NoError(t, err, out)
 	t.Logf("kubectl get slurmcluster:\n%s", out)
 	assert.Regexp(t, slurmClusterColumns, out)

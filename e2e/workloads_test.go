@@ -48,8 +48,7 @@ func applyFile(t *testing.T, ns, path string) {
 // they are not gone by then, the test fails with what is left in ns.
 func deleteWaiting(t *testing.T, ns, path string) {
 	t.Helper()
-	out, err := runCmd(filepath.Join(repoRoot, "bin", "kubectl"), "--kubeconfig", filepath.Join(runDir, "admin.kubeconfig"),
-		"delete", "-n", ns, "--wait=true", "--timeout=3m", "-f", path)
+	out, err := adminKubectl("delete", "-n", ns, "--wait=true", "--timeout=3m", "-f", path)
 	if err != nil {
 		t.Errorf("kubectl delete -f %s: %v: %s\nleft in %s:\n%s%s", path, err, out, ns, podTable(ns), containerLogTails(ns, 20))
 	}
@@ -58,8 +57,7 @@ func deleteWaiting(t *testing.T, ns, path string) {
 // podTable is kubectl's table of the pods and SlurmClusters in ns, with their deletion
 // and finalizers.
 func podTable(ns string) string {
-	out, err := runCmd(filepath.Join(repoRoot, "bin", "kubectl"), "--kubeconfig", filepath.Join(runDir, "admin.kubeconfig"),
-		"get", "-n", ns, "pods,slurmclusters", "-o", "custom-columns=KIND:.kind,NAME:.metadata.name,DELETED:.metadata.deletionTimestamp,FINALIZERS:.metadata.finalizers,PHASE:.status.phase,NODE:.spec.nodeName")
+	out, err := adminKubectl("get", "-n", ns, "pods,slurmclusters", "-o", "custom-columns=KIND:.kind,NAME:.metadata.name,DELETED:.metadata.deletionTimestamp,FINALIZERS:.metadata.finalizers,PHASE:.status.phase,NODE:.spec.nodeName")
 	if err != nil {
 		return fmt.Sprintf("(kubectl get: %v: %s)", err, out)
 	}
@@ -77,7 +75,7 @@ func containerLogTails(ns string, lines int) string {
 			continue
 		}
 		all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-		fmt.Fprintf(&b, "\n--- last %d lines of %s:\n%s", lines, filepath.Base(p), strings.Join(all[max(0, len(all)-lines):], "\n"))
+		fmt.Fprintf(&b, "\n--- last %d lines of %s:\n%s", lines, filepath.Base(p), lastLines(all, lines))
 	}
 	// What the pod runners and the controller said of them.
 	daemons, _ := filepath.Glob(filepath.Join(runDir, "logs", "podrunner*.log"))
@@ -93,10 +91,15 @@ func containerLogTails(ns string, lines int) string {
 			}
 		}
 		if len(about) > 0 {
-			fmt.Fprintf(&b, "\n--- last %d lines of %s about %s:\n%s", lines, filepath.Base(p), ns, strings.Join(about[max(0, len(about)-lines):], "\n"))
+			fmt.Fprintf(&b, "\n--- last %d lines of %s about %s:\n%s", lines, filepath.Base(p), ns, lastLines(about, lines))
 		}
 	}
 	return b.String()
+}
+
+// lastLines joins the last n of lines.
+func lastLines(lines []string, n int) string {
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // applyEditedExample is applyExample of the example as edit changes it: what a user fills
