@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -111,6 +112,24 @@ func (r *Reconciler) keepAppliedConfig(ctx context.Context, c *slurmv1.SlurmClus
 		return false, fmt.Errorf("keeping the applied configuration in ConfigMap %s: %w", dst.Name, err)
 	}
 	return true, nil
+}
+
+// rejectedOnStatefulSet takes the rejected configuration from slurmctld's StatefulSet
+// when the status lost it: the status write that recorded it can fail (a conflict) after
+// the StatefulSet was already put back on the kept configuration and the failing pod
+// deleted, and nothing would then show the rejection again.
+func (r *Reconciler) rejectedOnStatefulSet(ctx context.Context, sts *appsv1.StatefulSet, status *slurmv1.SlurmClusterStatus) error {
+	if status.RejectedConfigHash != "" {
+		return nil
+	}
+	current := &appsv1.StatefulSet{}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(sts), current); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if h := current.Annotations[wellknown.SlurmRejectedConfigHashAnnotation]; h != "" && h == status.ConfigHash && h != status.AppliedConfigHash {
+		status.RejectedConfigHash = h
+	}
+	return nil
 }
 
 // checkRejected records the rendered configuration as rejected when slurmctld's pod on it

@@ -45,6 +45,16 @@ func (f *fixture) controllerPodExists() bool {
 	return err == nil
 }
 
+// applyFirstConfig reconciles a new cluster until slurmctld's pod runs its configuration
+// ready, and returns that configuration's hash.
+func (f *fixture) applyFirstConfig() string {
+	f.reconcile()
+	hash := f.cluster().Status.ConfigHash
+	f.controllerPodOn(hash, true, runningCS)
+	f.reconcile()
+	return hash
+}
+
 func (f *fixture) keptConfigMap() *v1.ConfigMap {
 	cm := &v1.ConfigMap{}
 	require.NoError(f.t, f.kube.Get(context.Background(), client.ObjectKey{Namespace: "hpc", Name: "slurm-slurm-config-applied"}, cm))
@@ -74,10 +84,7 @@ func TestConfigRejectedBySlurmctld(t *testing.T) {
 	c := newCluster()
 	c.Spec.RestAPI = &slurmv1.RestAPISpec{}
 	f := newFixture(t, c)
-	f.reconcile()
-	good := f.cluster().Status.ConfigHash
-	f.controllerPodOn(good, true, runningCS)
-	f.reconcile()
+	good := f.applyFirstConfig()
 	c = f.cluster()
 	require.Equal(t, good, c.Status.AppliedConfigHash)
 	// The applied configuration is kept: the rendered ConfigMap's files, owned by the cluster.
@@ -160,6 +167,46 @@ func TestConfigRejectedBySlurmctld(t *testing.T) {
 	assert.Equal(t, []string{"Normal SlurmConfigApplied slurmctld pod slurm-controller-0 runs configuration " + fixed + ` (was "` + good + `")`}, f.events())
 }
 
+// The status write that records a rejection can be lost (a conflict) after the StatefulSet
+// went back to the kept configuration: the rejection is read back from the StatefulSet,
+// and slurmctld is not sent to the refused configuration again.
+func TestRejectionSurvivesALostStatusWrite(t *testing.T) {
+	f := newFixture(t, newCluster())
+	good := f.applyFirstConfig()
+	f.update(func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "SchedulerType=sched/nonexistent" })
+	f.reconcile()
+	before := f.cluster().Status
+	bad := before.ConfigHash
+	f.controllerPodOn(bad, false, crashLoopCS)
+	f.reconcile()
+	require.Equal(t, bad, f.cluster().Status.RejectedConfigHash)
+	assert.Equal(t, bad, f.statefulSet().Annotations[wellknown.SlurmRejectedConfigHashAnnotation])
+
+	// The status as it was before the rejection; the pod on the kept configuration is up.
+	c := f.cluster()
+	c.Status = before
+	require.NoError(t, f.kube.Status().Update(context.Background(), c))
+	f.controllerPodOn(good, true, runningCS)
+	rv := f.statefulSet().ResourceVersion
+	f.reconcile()
+	h, cm := stsConfig(f.statefulSet())
+	assert.Equal(t, []string{good, "slurm-slurm-config-applied"}, []string{h, cm}, "slurmctld stays on the kept configuration")
+	assert.Equal(t, rv, f.statefulSet().ResourceVersion)
+	c = f.cluster()
+	assert.Equal(t, bad, c.Status.RejectedConfigHash)
+	assert.Equal(t, ReasonRejectedBySlurmctld, condition(c, slurmv1.ConditionConfigApplied).Reason)
+	assert.True(t, f.controllerPodExists())
+
+	// A fixed spec is applied, and the StatefulSet no longer names a rejected configuration.
+	f.update(func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "" })
+	f.reconcile()
+	f.controllerPodOn(good, true, runningCS)
+	f.reconcile()
+	f.reconcile()
+	assert.Empty(t, f.cluster().Status.RejectedConfigHash)
+	assert.NotContains(t, f.statefulSet().Annotations, wellknown.SlurmRejectedConfigHashAnnotation)
+}
+
 // The first configuration rejected: nothing to return to. It is recorded and said; a fixed
 // spec replaces the failing pod (the StatefulSet would not).
 func TestFirstConfigRejectedBySlurmctld(t *testing.T) {
@@ -190,10 +237,7 @@ func TestFirstConfigRejectedBySlurmctld(t *testing.T) {
 // something else (ControllerReady says so).
 func TestAppliedConfigNotRejected(t *testing.T) {
 	f := newFixture(t, newCluster())
-	f.reconcile()
-	good := f.cluster().Status.ConfigHash
-	f.controllerPodOn(good, true, runningCS)
-	f.reconcile()
+	good := f.applyFirstConfig()
 	f.controllerPodOn(good, false, crashLoopCS)
 	f.reconcile()
 	assert.Empty(t, f.cluster().Status.RejectedConfigHash)
@@ -273,10 +317,7 @@ func TestControllerPodCluster(t *testing.T) {
 // and the configuration is not taken for rejected.
 func TestControllerNotReadySaysWhy(t *testing.T) {
 	f := newFixture(t, newCluster())
-	f.reconcile()
-	good := f.cluster().Status.ConfigHash
-	f.controllerPodOn(good, true, runningCS)
-	f.reconcile()
+	good := f.applyFirstConfig()
 	require.Equal(t, good, f.cluster().Status.AppliedConfigHash)
 
 	keysRefused := v1.ContainerStatus{RestartCount: 2,

@@ -195,6 +195,9 @@ func (r *Reconciler) ensureController(ctx context.Context, c *slurmv1.SlurmClust
 	if err != nil {
 		return false, err
 	}
+	if err := r.rejectedOnStatefulSet(ctx, sts, status); err != nil {
+		return false, err
+	}
 	if err := r.checkRejected(ctx, c, status, p); err != nil {
 		return false, err
 	}
@@ -205,6 +208,11 @@ func (r *Reconciler) ensureController(ctx context.Context, c *slurmv1.SlurmClust
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, sts, func() error {
 		if err := controllerStatefulSet(c, configMap, hash, sts); err != nil {
 			return err
+		}
+		if status.RejectedConfigHash != "" {
+			metav1.SetMetaDataAnnotation(&sts.ObjectMeta, wellknown.SlurmRejectedConfigHashAnnotation, status.RejectedConfigHash)
+		} else {
+			delete(sts.Annotations, wellknown.SlurmRejectedConfigHashAnnotation)
 		}
 		return controllerutil.SetControllerReference(c, sts, r.Client.Scheme())
 	}); err != nil {
