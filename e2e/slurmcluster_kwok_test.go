@@ -18,7 +18,6 @@ import (
 
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
 	"github.com/kubeslurm/kubeslurm/pkg/controller/slurmcluster"
-	"github.com/kubeslurm/kubeslurm/pkg/slurm"
 	"github.com/kubeslurm/kubeslurm/pkg/slurmjob"
 )
 
@@ -187,24 +186,16 @@ func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 	installClusterRelease(t, ns, c)
 	createIndexedGang(t, ns, "gang", int32(len(kwokNodes)), onCluster)
 	pods := waitIndexedJobPods(t, ns, "gang", len(kwokNodes))
-	id := jobIDOf(t, pods[0])
-	for _, p := range pods {
-		require.Equal(t, id, jobIDOf(t, p), "every pod of the gang names the same Slurm job")
-	}
-	// The job may have ended already: kwok completes a Job's pods a few seconds after they run.
+	// ONE job across the kwok nodes' workers, each index on the node of its rank in the
+	// allocation (TestIndexedJobGangKeepsIndexRankOrder's check): the workers registered in
+	// no particular order, so index 0 need not be on the first node by name.
+	st := clusterStack(c, runners)
+	id := requireOneJobOnTheirNodes(t, st, pods)
+	assert.ElementsMatch(t, kwokNodes, st.allocation(t, id))
 	out, ok := slurmCommand(t, c, "/usr/bin/scontrol", "show", "job", "-o", strconv.Itoa(int(id)))
 	require.True(t, ok, out)
 	state, nodeList := regexpField(out, "JobState"), regexpField(out, "NodeList")
-	assert.NotEqual(t, "PENDING", state)
-	allocated := slurm.ExpandHostlist(nodeList)
-	assert.ElementsMatch(t, kwokNodes, allocated, "ONE job across the kwok nodes' workers")
-	var bound []string
-	for _, p := range pods {
-		bound = append(bound, p.Spec.NodeName)
-	}
-	assert.ElementsMatch(t, allocated, bound, "one pod on each node of the allocation")
-	// Rank 0 (index 0) is on the job's first node, where Slurm would run its batch step:
-	// the workers registered in no particular order, so that need not be the first by name.
+	// Rank 0 is where Slurm would run the job's batch step.
 	assert.Equal(t, regexpField(out, "BatchHost"), pods[0].Spec.NodeName, "the pod of index 0 on the job's first node")
 	t.Logf("gang: Slurm job %d of the SlurmCluster on %s (%s), index 0 on %s", id, nodeList, state, pods[0].Spec.NodeName)
 	eventually(t, 90*time.Second, "the Job complete and its Slurm job ended", func() bool {
@@ -215,7 +206,6 @@ func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 	})
 
 	// The local scheduler tests' scenarios (e2e/stack_test.go), on this Slurm.
-	st := clusterStack(c, runners)
 	t.Run("pod is placed by Slurm", func(t *testing.T) { podIsPlacedBySlurm(t, st, namespaceOn(t, st)) })
 	t.Run("job state on the pod", func(t *testing.T) { jobStateOnThePod(t, st, namespaceOn(t, st)) })
 	t.Run("sbatch and pods share nodes", func(t *testing.T) { sbatchJobAndPodShareNodes(t, st, namespaceOn(t, st)) })
