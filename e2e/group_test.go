@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -389,17 +390,25 @@ func TestKubernetesPodGroupIsOneSlurmJob(t *testing.T) {
 	kubernetesPodGroupIsOneSlurmJob(t, localStack(), namespace(t))
 }
 
-// The examples users start from run as the README says: each is ONE Slurm job with a node
-// per pod.
 func TestGroupExamplesRun(t *testing.T) {
+	groupExamplesRun(t, localStack())
+}
+
+// groupExamplesRun: the examples users start from run as the README says, each ONE Slurm
+// job with a node per pod. On another stack their schedulerName is that stack's.
+func groupExamplesRun(t *testing.T, st stack) {
 	for _, ex := range []struct{ file, selector string }{
 		{file: "podgroup.yaml", selector: workload.PodGroupLabel + "=train"},
 		{file: "job-gang.yaml", selector: batchv1.JobNameLabel + "=indexed"},
 		{file: "kubernetes-podgroup.yaml", selector: "app=wl"},
 	} {
 		t.Run(ex.file, func(t *testing.T) {
-			ns := namespace(t)
-			path := filepath.Join(repoRoot, "examples", ex.file)
+			ns := namespaceOn(t, st)
+			manifest, err := os.ReadFile(filepath.Join(repoRoot, "examples", ex.file))
+			require.NoError(t, err)
+			path := filepath.Join(t.TempDir(), ex.file)
+			require.NoError(t, os.WriteFile(path, []byte(strings.ReplaceAll(string(manifest),
+				"schedulerName: "+wellknown.SchedulerName, "schedulerName: "+st.scheduler)), 0o644))
 			nodeKubectl(t, "apply", "-n", ns, "-f", path)
 			t.Cleanup(func() { deleteWaiting(t, ns, path) })
 			var pods []*v1.Pod
@@ -422,7 +431,7 @@ func TestGroupExamplesRun(t *testing.T) {
 				return p.Name
 			}
 			sort.Slice(bound, func(i, j int) bool { return rank(bound[i]) < rank(bound[j]) })
-			requireOneJobOnTheirNodes(t, localStack(), bound)
+			requireOneJobOnTheirNodes(t, st, bound)
 		})
 	}
 }

@@ -126,6 +126,7 @@ func createIndexedGang(t *testing.T, ns, name string, n int32, opts ...podOpt) {
 // TestSbatchAndPodGroupCompeteInSlurmPriorityOrder, TestPodGroupLosingAMemberEndsTheGroup,
 // TestPodGroupLargerThanSlurmWaitsForANode (a fifth kwok node and its NodeSet join),
 // TestPendingGroupsDoNotStarveSmallPods (a fifth and a sixth),
+// TestGroupExamplesRun (their schedulerName the release's),
 // TestKubernetesPodGroupIsOneSlurmJob, TestPodsWithoutMemoryRequestShareANode,
 // TestJobSetIsOneSlurmJob, TestJobSetThatCannotStartAtOnceIsRefusedWithAnEvent,
 // TestLeaderWorkerSetGroupsAreSlurmJobs,
@@ -230,6 +231,7 @@ func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 	t.Run("PodGroup losing a member ends the group", func(t *testing.T) { podGroupLosingAMemberEndsTheGroup(t, st, namespaceOn(t, st)) })
 	t.Run("PodGroup larger than Slurm waits for a node", func(t *testing.T) { podGroupLargerThanSlurmWaitsForANode(t, st, namespaceOn(t, st)) })
 	t.Run("pending groups do not starve small pods", func(t *testing.T) { pendingGroupsDoNotStarveSmallPods(t, st, namespaceOn(t, st)) })
+	t.Run("group examples run", func(t *testing.T) { groupExamplesRun(t, st) })
 	t.Run("Kubernetes PodGroup is one Slurm job", func(t *testing.T) { kubernetesPodGroupIsOneSlurmJob(t, st, namespaceOn(t, st)) })
 	t.Run("JobSet is one Slurm job", func(t *testing.T) { jobSetIsOneSlurmJob(t, st, namespaceOn(t, st)) })
 	t.Run("JobSet that cannot start at once is refused with an event", func(t *testing.T) {
