@@ -88,8 +88,11 @@ func mappingFiles(t *testing.T, dir string) (map[string]string, bool) {
 // prolog wrote; it takes them out when the pod goes, and the batch job's line stays. A GPU
 // pod on another node is not this agent's.
 func TestJobMappingAgentWritesThePodsGPUs(t *testing.T) {
-	ns := namespace(t)
-	node, other := nodes[0], nodes[1]
+	jobMappingAgentWritesThePodsGPUs(t, localStack(), namespace(t))
+}
+
+func jobMappingAgentWritesThePodsGPUs(t *testing.T, st stack, ns string) {
+	node, other := st.nodes[0], st.nodes[1]
 	dir := t.TempDir()
 	// A batch job's line in every GPU's file, as the prolog writes it.
 	const batchJob = "424242"
@@ -100,8 +103,8 @@ func TestJobMappingAgentWritesThePodsGPUs(t *testing.T) {
 	}
 	startJobMappingAgent(t, node, dir)
 
-	createPod(t, ns, "gpu-there", withGPUs(2), onlyOnNode(other))
-	pod := createPod(t, ns, "gpu", withGPUs(2), onlyOnNode(node))
+	createPod(t, ns, "gpu-there", st.pod, withGPUs(2), onlyOnNode(other))
+	pod := createPod(t, ns, "gpu", st.pod, withGPUs(2), onlyOnNode(node))
 	pod = waitBound(t, ns, pod.Name, 60*time.Second)
 	require.Equal(t, node, pod.Spec.NodeName)
 	eventually(t, 30*time.Second, "the pod's GPU indices", func() bool {
@@ -111,7 +114,7 @@ func TestJobMappingAgentWritesThePodsGPUs(t *testing.T) {
 	idx := pod.Annotations[wellknown.GPUIndicesAnnotation]
 	job := strconv.Itoa(int(jobIDOf(t, pod)))
 	require.Len(t, strings.Split(idx, ","), 2, idx)
-	require.Equal(t, gresIndices(t, localStack(), jobIDOf(t, pod)), idx, "the annotation says what scontrol says")
+	require.Equal(t, gresIndices(t, st, jobIDOf(t, pod)), idx, "the annotation says what scontrol says")
 
 	want := map[string]string{}
 	for k, v := range prologLines {

@@ -117,6 +117,7 @@ func createIndexedGang(t *testing.T, ns, name string, n int32, opts ...podOpt) {
 // and its worker registers the node's 4 CPUs and 8Gi (nodeSets[].nodeOptions).
 // The scenarios of TestPodIsPlacedBySlurm, TestJobStateOnThePod,
 // TestSbatchJobAndPodShareNodes, TestGPUPodsGetTheirSlurmGPUIndices,
+// TestJobMappingAgentWritesThePodsGPUs,
 // TestPodAndJobEndTogether, the time limit of TestSlurmEndsThePodWithTheReason,
 // TestAnnotationsReachTheSlurmJob, TestAnnotationAliasesGiveTheSameJob,
 // TestAnnotationGRESAndLicensesReachSlurm, TestAnnotationDependencyOnAPodGroup (their Slurm
@@ -211,6 +212,7 @@ func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 	t.Run("job state on the pod", func(t *testing.T) { jobStateOnThePod(t, st, namespaceOn(t, st)) })
 	t.Run("sbatch and pods share nodes", func(t *testing.T) { sbatchJobAndPodShareNodes(t, st, namespaceOn(t, st)) })
 	t.Run("GPU pods get their Slurm GPU indices", func(t *testing.T) { gpuPodsGetTheirSlurmGPUIndices(t, st, namespaceOn(t, st)) })
+	t.Run("job mapping agent writes the pod's GPUs", func(t *testing.T) { jobMappingAgentWritesThePodsGPUs(t, st, namespaceOn(t, st)) })
 	t.Run("pod and job end together", func(t *testing.T) { podAndJobEndTogether(t, st, namespaceOn(t, st)) })
 	t.Run("time limit ends the pod", func(t *testing.T) { podTimeLimitEndsThePod(t, st, namespaceOn(t, st)) })
 	t.Run("annotations reach the Slurm job", func(t *testing.T) { annotationsReachTheSlurmJob(t, st, namespaceOn(t, st)) })
