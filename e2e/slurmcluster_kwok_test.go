@@ -19,6 +19,7 @@ import (
 	slurmv1 "github.com/kubeslurm/kubeslurm/api/v1alpha1"
 	"github.com/kubeslurm/kubeslurm/pkg/controller/slurmcluster"
 	"github.com/kubeslurm/kubeslurm/pkg/slurmjob"
+	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
 
 // adoptedWorkerImage is the worker image under localhost/: on a kwok node, kwok's stages
@@ -86,6 +87,30 @@ func waitIndexedJobPods(t *testing.T, ns, name string, n int) []*v1.Pod {
 	return pods
 }
 
+// nodeDeletionRemovesItsIdleSlurmNode, the idle half of TestNodeDeletionRemovesIdleDynamicSlurmNode
+// on a SlurmCluster's workers: a joined node whose worker's Slurm node is idle is deleted
+// from Kubernetes. No NodeSet asks for a worker on a node that does not exist, so the
+// controller deletes the worker pod (a SlurmWorkerRemoved event on the cluster), whose
+// wrapper drains and deletes its dynamic Slurm node; the node stays out of Slurm, and comes
+// back with its worker when the Kubernetes node does. (The busy half does not carry over:
+// the worker is a pod on the deleted node, so it goes, with its job steps, and no job can
+// stay there.)
+func nodeDeletionRemovesItsIdleSlurmNode(t *testing.T, st stack, c *slurmv1.SlurmCluster) {
+	node := st.addNode(t)
+	st.waitNodeIdle(t, node)
+	saved := getNode(t, node)
+	deleteNode(t, node)
+	eventually(t, 60*time.Second, "the idle dynamic Slurm node "+node+" removed, and its worker pod gone", func() bool {
+		return !st.hasNode(t, node) && workerPodOn(t, node) == nil
+	})
+	assert.Contains(t, namedClusterEvents(t, c.Namespace, c.Name, wellknown.EventSlurmWorkerRemoved), "(Slurm node "+node+"): its NodeSet no longer asks for it")
+	consistently(t, 10*time.Second, "Slurm node "+node+" stays removed", func() bool { return !st.hasNode(t, node) })
+
+	// The node back (as the runner that adopted it needs it at its end): its worker too.
+	recreateNode(t, saved)
+	eventually(t, 120*time.Second, node+"'s worker registered in Slurm again", func() bool { return st.hasNode(t, node) })
+}
+
 // createIndexedGang creates an indexed batch Job of n pods that kubeslurm places as one
 // gang (one Slurm job), each pod made by opts, and deletes it at the end.
 func createIndexedGang(t *testing.T, ns, name string, n int32, opts ...podOpt) {
@@ -134,7 +159,8 @@ func createIndexedGang(t *testing.T, ns, name string, n int32, opts ...podOpt) {
 // TestSlurmNodeFailureEndsThePod, TestNodeDownDrainedNotRespondingConditions,
 // TestDrainWaitsForTheSlurmJob (here the node's worker pod is drained too),
 // TestNodeUnhealthyConditionDrainsInSlurm, TestNodeControllerRestartKeepsDrainAndJob (the
-// release's controller pod deleted) and TestSlurmrestdOutageIsHarmless
+// release's controller pod deleted), the idle half of
+// TestNodeDeletionRemovesIdleDynamicSlurmNode and TestSlurmrestdOutageIsHarmless
 // (spec.restApi.replicas 0 for a minute) then run on that Slurm too. In the node failure
 // scenarios a node's machine fails (its runner and all the processes it started killed at
 // once, so no worker drains) and comes back (a new runner starts the worker pod's
@@ -246,4 +272,5 @@ func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 	t.Run("node unhealthy condition drains in Slurm", func(t *testing.T) { nodeUnhealthyConditionDrainsInSlurm(t, st) })
 	t.Run("controller restart keeps drain and job", func(t *testing.T) { controllerRestartKeepsDrainAndJob(t, st, namespaceOn(t, st)) })
 	t.Run("slurmrestd outage is harmless", func(t *testing.T) { slurmrestdOutageIsHarmless(t, st, namespaceOn(t, st)) })
+	t.Run("node deletion removes its idle Slurm node", func(t *testing.T) { nodeDeletionRemovesItsIdleSlurmNode(t, st, c) })
 }
