@@ -118,18 +118,11 @@ func (r *Reconciler) keepAppliedConfig(ctx context.Context, c *slurmv1.SlurmClus
 // when the status lost it: the status write that recorded it can fail (a conflict) after
 // the StatefulSet was already put back on the kept configuration and the failing pod
 // deleted, and nothing would then show the rejection again.
-func (r *Reconciler) rejectedOnStatefulSet(ctx context.Context, sts *appsv1.StatefulSet, status *slurmv1.SlurmClusterStatus) error {
-	if status.RejectedConfigHash != "" {
-		return nil
-	}
-	current := &appsv1.StatefulSet{}
-	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(sts), current); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	if h := current.Annotations[wellknown.SlurmRejectedConfigHashAnnotation]; h != "" && h == status.ConfigHash && h != status.AppliedConfigHash {
+func rejectedOnStatefulSet(sts *appsv1.StatefulSet, status *slurmv1.SlurmClusterStatus) {
+	if h := sts.Annotations[wellknown.SlurmRejectedConfigHashAnnotation]; status.RejectedConfigHash == "" &&
+		h != "" && h == status.ConfigHash && h != status.AppliedConfigHash {
 		status.RejectedConfigHash = h
 	}
-	return nil
 }
 
 // checkRejected records the rendered configuration as rejected when slurmctld's pod on it

@@ -172,17 +172,16 @@ func (r *Reconciler) ensureController(ctx context.Context, c *slurmv1.SlurmClust
 		return false, nil
 	}
 	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: ControllerName(c)}}
-	if c.Spec.Accounting != nil && !meta.IsStatusConditionTrue(status.Conditions, slurmv1.ConditionAccountingReady) {
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(sts), sts)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return false, err
+	}
+	if apierrors.IsNotFound(err) && c.Spec.Accounting != nil && !meta.IsStatusConditionTrue(status.Conditions, slurmv1.ConditionAccountingReady) {
 		// slurmctld's first start registers the cluster with slurmdbd (and takes its
 		// cluster ID from it): it starts once slurmdbd runs. A running one is left alone.
-		err := r.Client.Get(ctx, client.ObjectKeyFromObject(sts), sts)
-		if apierrors.IsNotFound(err) {
-			setCondition(status, c.Generation, slurmv1.ConditionControllerReady, metav1.ConditionFalse, ReasonControllerWaiting,
-				"slurmctld waits for slurmdbd (condition AccountingReady)")
-			return false, nil
-		} else if err != nil {
-			return false, err
-		}
+		setCondition(status, c.Generation, slurmv1.ConditionControllerReady, metav1.ConditionFalse, ReasonControllerWaiting,
+			"slurmctld waits for slurmdbd (condition AccountingReady)")
+		return false, nil
 	}
 	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: ControllerName(c)}}
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, svc, func() error {
@@ -195,9 +194,7 @@ func (r *Reconciler) ensureController(ctx context.Context, c *slurmv1.SlurmClust
 	if err != nil {
 		return false, err
 	}
-	if err := r.rejectedOnStatefulSet(ctx, sts, status); err != nil {
-		return false, err
-	}
+	rejectedOnStatefulSet(sts, status)
 	if err := r.checkRejected(ctx, c, status, p); err != nil {
 		return false, err
 	}
