@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -404,13 +402,7 @@ func groupExamplesRun(t *testing.T, st stack) {
 	} {
 		t.Run(ex.file, func(t *testing.T) {
 			ns := namespaceOn(t, st)
-			manifest, err := os.ReadFile(filepath.Join(repoRoot, "examples", ex.file))
-			require.NoError(t, err)
-			path := filepath.Join(t.TempDir(), ex.file)
-			require.NoError(t, os.WriteFile(path, []byte(strings.ReplaceAll(string(manifest),
-				"schedulerName: "+wellknown.SchedulerName, "schedulerName: "+st.scheduler)), 0o644))
-			nodeKubectl(t, "apply", "-n", ns, "-f", path)
-			t.Cleanup(func() { deleteWaiting(t, ns, path) })
+			st.applyExample(t, ns, ex.file)
 			var pods []*v1.Pod
 			eventually(t, 60*time.Second, "the example's 3 pods", func() bool {
 				list, err := kube.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: ex.selector})
