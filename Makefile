@@ -6,7 +6,7 @@ SHELL := /bin/bash
 BIN   := $(CURDIR)/bin
 GO    ?= go
 
-.PHONY: all build scheduler controller podrunner helm tools slurm-root up down status test unit e2e bench bench-e2e fmt vet clean generate
+.PHONY: all build scheduler controller podrunner helm tools slurm-root up down status up-slurmcluster down-slurmcluster test unit e2e bench bench-e2e fmt vet clean generate
 
 all: build
 
@@ -45,6 +45,15 @@ down:
 
 status:
 	deploy/local/status.sh
+
+## up-slurmcluster: on the running local system, a Slurm that kubeslurm runs from a SlurmCluster
+## (workers on two kwok nodes), a kubeslurm release placing pods through it, and an example pod
+up-slurmcluster: up
+	deploy/local/slurmcluster.sh up
+
+## down-slurmcluster: remove what up-slurmcluster added (make down does too)
+down-slurmcluster:
+	deploy/local/slurmcluster.sh down
 
 ## generate: our CRDs (manifests/crds/slurm.kubeslurm.io_*) and DeepCopy from api/, by controller-gen
 generate:

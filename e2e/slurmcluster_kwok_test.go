@@ -49,6 +49,25 @@ func addAdoptedKwokNode(t *testing.T, name string) *podRunner {
 	return startPodRunnerOn(t, name, "podrunner-"+name, runnerAdopts)
 }
 
+// requireAdoptedWorkersRunning: the SlurmCluster in ns has one worker pod on each of the
+// kwok nodes, each really running there: its node's runner, not kwok, wrote its status.
+func requireAdoptedWorkersRunning(t *testing.T, ns string, nodes []string) {
+	t.Helper()
+	workers, err := kube.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=slurmd"})
+	require.NoError(t, err)
+	var on []string
+	for _, w := range workers.Items {
+		on = append(on, w.Spec.NodeName)
+		require.Len(t, w.Status.ContainerStatuses, 1, w.Name)
+		cs := w.Status.ContainerStatuses[0]
+		assert.True(t, cs.Ready && cs.State.Running != nil, "%s: %+v", w.Name, cs)
+		assert.Equal(t, adoptedWorkerImage, cs.Image, w.Name)
+		// The runner's address, not one of kwok's pod CIDR: kwok's stages left the pod alone.
+		assert.Equal(t, "127.0.0.1", w.Status.PodIP, w.Name)
+	}
+	assert.ElementsMatch(t, nodes, on, "the nodes of the workers")
+}
+
 // kwokNodeOptions size a kwok node's worker as the node says (4 CPUs, 8Gi) and as
 // deploy/local's slurmd are, whatever the host has; the cluster sets
 // SlurmdParameters=config_overrides, as deploy/local does, for hosts with fewer.
@@ -198,19 +217,7 @@ func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 		assert.Equal(t, kwokNodeOptions["RealMemory"], regexpField(out, "RealMemory"), "%s: %s", n, out)
 	}
 
-	// Each worker really runs, on its kwok node: the runner, not kwok, wrote its status.
-	workers, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=slurmd"})
-	require.NoError(t, err)
-	require.Len(t, workers.Items, len(kwokNodes))
-	for _, w := range workers.Items {
-		assert.Contains(t, kwokNodes, w.Spec.NodeName, w.Name)
-		require.Len(t, w.Status.ContainerStatuses, 1, w.Name)
-		cs := w.Status.ContainerStatuses[0]
-		assert.True(t, cs.Ready && cs.State.Running != nil, "%s: %+v", w.Name, cs)
-		assert.Equal(t, adoptedWorkerImage, cs.Image, w.Name)
-		// The runner's address, not one of kwok's pod CIDR: kwok's stages left the pod alone.
-		assert.Equal(t, "127.0.0.1", w.Status.PodIP, w.Name)
-	}
+	requireAdoptedWorkersRunning(t, ns, kwokNodes)
 
 	installClusterRelease(t, ns, c)
 	createIndexedGang(t, ns, "gang", int32(len(kwokNodes)), onCluster)

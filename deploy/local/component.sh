@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # component.sh start|stop|restart|status NAME
 #   NAME: etcd apiserver controller-manager kwok slurmctld slurmrestd slurmd-node-<i> scheduler controller
+#         podrunner-<node> (the local SlurmCluster's pod runners, slurmcluster.sh)
 # Starts one component of the local cluster in the background (PID file in .local/pids, log
 # in .local/logs) and waits until it is ready, or stops it (SIGTERM, 10 s, SIGKILL). Used by
 # up.sh/down.sh and by the end-to-end tests (e.g. `component.sh restart scheduler`).

@@ -7,6 +7,10 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 step "stopping the local cluster ($RUN)"
+# The local SlurmCluster's pods first, while the API server runs (slurmcluster.sh).
+if alive apiserver && compgen -G "$PIDS/podrunner-*.pid" >/dev/null; then
+  "$LOCAL_DIR/slurmcluster.sh" down || warn "slurmcluster.sh down failed; its runners are stopped below"
+fi
 mapfile -t order < <(all_components)
 # Anything else with a PID file too (e.g. slurmd of a larger NODES), before the rest.
 for f in "$PIDS"/*.pid; do

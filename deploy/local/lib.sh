@@ -42,6 +42,11 @@ K8S_COMPONENTS=(etcd apiserver controller-manager kwok)
 WORKLOAD_CONTROLLERS=(jobset-controller lws-controller)
 SLURM_DAEMONS=(slurmctld slurmrestd)
 OUR_COMPONENTS=(scheduler controller)
+# The local SlurmCluster (slurmcluster.sh, `make up-slurmcluster`): a pod runner on a node of
+# its own (slurmctld, slurmrestd, the release's scheduler and controller) and one adopting
+# each kwok node of its workers; their components are podrunner-<node>.
+SLURMCLUSTER_HOST=slurm-host
+SLURMCLUSTER_WORKERS=(slurm-worker-1 slurm-worker-2)
 
 step() { printf '==> %s\n' "$*"; }
 info() { printf '    %s\n' "$*"; }
@@ -76,11 +81,16 @@ comp_binary() {
     slurmd-node-*) echo "slurmd" ;;
     scheduler) echo kubeslurm-scheduler ;;
     controller) echo kubeslurm-controller ;;
+    podrunner-*) echo kubeslurm-podrunner ;;
     *) return 1 ;;
   esac
 }
 
-valid_component() { comp_binary "$1" >/dev/null 2>&1 && { [[ $1 != slurmd-node-* ]] || [[ $1 =~ ^slurmd-node-[0-9]+$ ]]; }; }
+valid_component() {
+  comp_binary "$1" >/dev/null 2>&1 &&
+    { [[ $1 != slurmd-node-* ]] || [[ $1 =~ ^slurmd-node-[0-9]+$ ]]; } &&
+    { [[ $1 != podrunner-* ]] || [[ $1 =~ ^podrunner-[a-z0-9]([a-z0-9-]*[a-z0-9])?$ ]]; }
+}
 
 pidfile() { echo "$PIDS/$1.pid"; }
 
@@ -174,6 +184,7 @@ comp_log() { echo "$LOGS/$1.log"; }
 comp_match() {
   case $1 in
     slurmd-node-*) echo "*slurmd* -N node-${1#slurmd-node-} *" ;;
+    podrunner-*) echo "*kubeslurm-podrunner* --node-name ${1#podrunner-} *" ;;
     *) echo "*$(comp_binary "$1")*" ;;
   esac
 }
@@ -332,6 +343,10 @@ comp_prepare() {
       [ -x "$BIN/kubeslurm-controller" ] || die "no $BIN/kubeslurm-controller (make build)"
       [ -s "$RUN/controller.kubeconfig" ] || die "no $RUN/controller.kubeconfig (run deploy/local/up.sh)"
       [ -s "$JWT_KEY_FILE" ] || die "no $JWT_KEY_FILE (start slurmctld first)" ;;
+    podrunner-*)
+      [ -x "$BIN/kubeslurm-podrunner" ] || die "no $BIN/kubeslurm-podrunner (make build)"
+      [ -s "$RUN/admin.kubeconfig" ] || die "$1 needs $RUN/admin.kubeconfig (run deploy/local/up.sh)"
+      [ -d "$RUN/slurm-root/" ] || die "no $RUN/slurm-root (run deploy/local/up.sh)" ;;
   esac
 }
 
@@ -408,6 +423,14 @@ comp_cmd() {
       if [ -e "$RUN/controller-topology" ]; then
         CMD+=(--topology-file "$TOPOLOGY_FILE" --topology-block-sizes 4)
       fi ;;
+    podrunner-*)
+      # The local SlurmCluster's host registers a node of its own and binds the unscheduled
+      # pods of our images to it; the others adopt their kwok node (docs/pod-runner.md).
+      local node=${1#podrunner-} own=false
+      [ "$node" = "$SLURMCLUSTER_HOST" ] && own=true
+      CMD=("$BIN/kubeslurm-podrunner" --kubeconfig "$RUN/admin.kubeconfig" --node-name "$node"
+        --state-dir "$RUN/podrunner-$node" --slurm-root "$RUN/slurm-root"
+        --bind-unscheduled="$own" --adopt-node="$([ "$own" = true ] && echo false || echo true)") ;;
   esac
 }
 
@@ -440,6 +463,8 @@ comp_ready() {
     controller)
       curl -fsS --max-time 2 http://127.0.0.1:8082/readyz >/dev/null 2>&1 ||
         curl -fsS --max-time 2 http://127.0.0.1:8082/healthz >/dev/null 2>&1 ;;
+    podrunner-*)
+      [ "$(kc get node "${1#podrunner-}" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ] ;;
   esac
 }
 
@@ -545,8 +570,18 @@ comp_stop() {
   fi
   kill -TERM "$pid" 2>/dev/null || true
   for ((i = 0; i < 100; i++)); do pid_gone "$pid" && break; sleep 0.1; done
+  # A pod runner stops its pods first, each within its grace period (a worker drains its
+  # node); a second SIGTERM ends them all at once. Killed, it would leave them running.
+  if [[ $n == podrunner-* ]] && ! pid_gone "$pid"; then
+    for ((i = 0; i < 500; i++)); do pid_gone "$pid" && break; sleep 0.1; done
+    if ! pid_gone "$pid"; then
+      warn "$n (pid $pid) still alive 60 s after SIGTERM: SIGTERM again, its pods end at once"
+      kill -TERM "$pid" 2>/dev/null || true
+      for ((i = 0; i < 100; i++)); do pid_gone "$pid" && break; sleep 0.1; done
+    fi
+  fi
   if ! pid_gone "$pid"; then
-    warn "$n (pid $pid) still alive 10 s after SIGTERM: SIGKILL"
+    warn "$n (pid $pid) still alive after SIGTERM: SIGKILL"
     kill -KILL "$pid" 2>/dev/null || true
     for ((i = 0; i < 50; i++)); do pid_gone "$pid" && break; sleep 0.1; done
   fi
