@@ -56,6 +56,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	kube = kubernetes.NewForConfigOrDie(cfg)
+	if err := clearLocalSlurmCluster(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		os.Exit(1)
+	}
 	list, err := kube.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 	if err != nil || len(list.Items) == 0 {
 		fmt.Fprintf(os.Stderr, "e2e: cannot list nodes of the local cluster (%v); run `make up` first\n", err)
@@ -69,6 +73,19 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	os.Exit(m.Run())
+}
+
+// clearLocalSlurmCluster takes down what `make up-slurmcluster` added to the running
+// cluster, if it runs: its nodes would be taken for the local Slurm's, and the tests count
+// on having the nodes to themselves.
+func clearLocalSlurmCluster() error {
+	runners, err := filepath.Glob(filepath.Join(runDir, "pids", "podrunner-*.pid"))
+	if err != nil || len(runners) == 0 {
+		return err
+	}
+	out, err := slurmClusterScript("down")
+	fmt.Fprintf(os.Stderr, "e2e: make up-slurmcluster's runners are up; taking it down first:\n%s\n", out)
+	return err
 }
 
 // clearExample deletes the example pod `make up` applied, and waits until every Slurm node

@@ -594,9 +594,9 @@ comp_stop() {
 comp_status() {
   local pid
   if pid=$(comp_pid "$1"); then
-    printf '%-20s running  pid %s\n' "$1" "$pid"
+    printf '%-26s running  pid %s\n' "$1" "$pid"
   else
-    printf '%-20s stopped\n' "$1"
+    printf '%-26s stopped\n' "$1"
     return 1
   fi
 }

@@ -155,9 +155,10 @@ up() {
   helm_local upgrade --install "$RELEASE" "$REPO/charts/kubeslurm" -n "$NS" --wait --timeout 3m \
     -f "$REPO/examples/kubeslurm-for-slurmcluster.values.yaml" "${sets[@]}" | sed 's/^/    /'
   step "example: examples/pod.yaml with schedulerName $SCHEDULER_NAME"
-  sed "s/^\(  schedulerName:\).*/\1 $SCHEDULER_NAME/" "$REPO/examples/pod.yaml" | kc apply -n "$NS" -f - | sed 's/^/    /'
-  grep -q "schedulerName: $SCHEDULER_NAME" < <(kc get -n "$NS" -f "$REPO/examples/pod.yaml" -o yaml) ||
-    die "examples/pod.yaml has no schedulerName line to change"
+  local pod
+  pod=$(sed "s/^\(  schedulerName:\).*/\1 $SCHEDULER_NAME/" "$REPO/examples/pod.yaml")
+  grep -q "^  schedulerName: $SCHEDULER_NAME\$" <<<"$pod" || die "examples/pod.yaml has no schedulerName line to change"
+  kc apply -n "$NS" -f - <<<"$pod" | sed 's/^/    /'
   if kc wait -n "$NS" --for=jsonpath='{.status.phase}'=Running -f "$REPO/examples/pod.yaml" --timeout=120s >/dev/null; then
     kc get -n "$NS" -f "$REPO/examples/pod.yaml" -o wide | sed 's/^/    /'
     slurm_in_cluster squeue | sed 's/^/    /'
@@ -167,7 +168,14 @@ up() {
     exit 1
   fi
   kc get slurmcluster -n "$NS" | sed 's/^/    /'
-  step "up in $(($(date +%s) - t0)) s; remove with deploy/local/slurmcluster.sh down (make down does too)"
+  step "up in $(($(date +%s) - t0)) s. Then:"
+  local hint cmd why
+  while IFS='|' read -r cmd why; do printf -v hint '%-58s # %s' "$cmd" "$why"; info "$hint"; done <<EOF
+kubectl -n $NS describe pod slurm-placed|its job in that Slurm, from the release's controller
+kubectl -n $NS describe slurmcluster $CLUSTER|conditions, workers, node states, events
+deploy/local/slurmcluster.sh slurm sinfo|any Slurm command, against that Slurm
+make down-slurmcluster|removes it (make down does too)
+EOF
 }
 
 down() {
