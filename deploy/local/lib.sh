@@ -64,6 +64,9 @@ all_components() {
     [ -n "${seen[$n]:-}" ] || names+=("$n")
   done
   names+=("${OUR_COMPONENTS[@]}")
+  # The local SlurmCluster's pod runners (slurmcluster.sh), when started: last, so that
+  # down.sh stops them first.
+  for f in "$PIDS"/podrunner-*.pid; do [ -e "$f" ] && names+=("$(basename "$f" .pid)"); done
   printf '%s\n' "${names[@]}"
 }
 
@@ -93,6 +96,47 @@ valid_component() {
 }
 
 pidfile() { echo "$PIDS/$1.pid"; }
+
+# kwok_node_manifest NAME [LABEL...]: a kwok node of the local cluster's size, with the GPU
+# labels and resources of its fake GPUs, and each "key: value" LABEL line too.
+kwok_node_manifest() {
+  local name=$1 label
+  shift
+  cat <<EOF
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: $name
+  annotations:
+    kwok.x-k8s.io/node: fake
+    node.alpha.kubernetes.io/ttl: "0"
+  labels:
+EOF
+  for label in "$@"; do echo "    $label"; done
+  cat <<EOF
+    kubernetes.io/hostname: $name
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+    type: kwok
+    # What the GPU operator's feature discovery labels a GPU node with (fake GPUs, see
+    # GPUS_PER_NODE: slurmd has as many gres/gpu).
+    nvidia.com/gpu.present: "true"
+    nvidia.com/gpu.count: "$GPUS_PER_NODE"
+    nvidia.com/gpu.product: Fake-GPU
+status:
+  capacity:
+    cpu: "4"
+    memory: 8Gi
+    pods: "110"
+    nvidia.com/gpu: "$GPUS_PER_NODE"
+  allocatable:
+    cpu: "4"
+    memory: 8Gi
+    pods: "110"
+    nvidia.com/gpu: "$GPUS_PER_NODE"
+EOF
+}
 
 # comp_pid NAME: prints the PID if the component's PID file names a live process of it.
 comp_pid() {

@@ -79,29 +79,6 @@ slurm_in_cluster() {
   [ "$phase" = Succeeded ] || { warn "$* in $NS/$name: ${phase:-not run}"; return 1; }
 }
 
-# kwok_node NAME: a kwok node of the local cluster's size with 4 fake GPUs, for a runner to
-# adopt (no kubeslurm.io/slurm-node label: the local Slurm has no node of that name).
-kwok_node() {
-  cat <<EOF
----
-apiVersion: v1
-kind: Node
-metadata:
-  name: $1
-  annotations: {kwok.x-k8s.io/node: fake, node.alpha.kubernetes.io/ttl: "0"}
-  labels:
-    kubernetes.io/hostname: $1
-    kubernetes.io/os: linux
-    kubernetes.io/arch: amd64
-    type: kwok
-    nvidia.com/gpu.present: "true"
-    nvidia.com/gpu.count: "$GPUS_PER_NODE"
-status:
-  capacity: {cpu: "4", memory: 8Gi, pods: "110", nvidia.com/gpu: "$GPUS_PER_NODE"}
-  allocatable: {cpu: "4", memory: 8Gi, pods: "110", nvidia.com/gpu: "$GPUS_PER_NODE"}
-EOF
-}
-
 # wait_for WHAT SECONDS COMMAND...: until COMMAND succeeds.
 wait_for() {
   local what=$1 limit=$2 t0
@@ -139,7 +116,8 @@ up() {
   command -v jq >/dev/null || die "missing command: jq (Debian package jq)"
   t0=$(date +%s)
   step "kwok nodes ${SLURMCLUSTER_WORKERS[*]}"
-  for n in "${SLURMCLUSTER_WORKERS[@]}"; do kwok_node "$n"; done | kc apply -f - | sed 's/^/    /'
+  # No kubeslurm.io/slurm-node label: the local Slurm has no node of these names.
+  for n in "${SLURMCLUSTER_WORKERS[@]}"; do kwok_node_manifest "$n"; done | kc apply -f - | sed 's/^/    /'
   step "pod runners: $SLURMCLUSTER_HOST (its own node), and one adopting each kwok node"
   for n in "${RUNNERS[@]}"; do comp_start "podrunner-$n"; done
   step "SlurmCluster $NS/$CLUSTER ($(basename "$EXAMPLE"))"

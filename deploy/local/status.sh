@@ -3,7 +3,5 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 while read -r n; do comp_status "$n" || true; done < <(all_components)
-# The local SlurmCluster's pod runners (slurmcluster.sh), when started.
-for f in "$PIDS"/podrunner-*.pid; do [ -e "$f" ] && { comp_status "$(basename "$f" .pid)" || true; }; done
 m=$(slurm_root_mounts | wc -l)
 [ "$m" = 0 ] || echo "WARNING: $m host mounts under $SLURM_ROOT (down.sh removes them)"

@@ -79,40 +79,7 @@ step "admission webhook configurations and certificate Secret (manifests/local/w
 kc apply -f "$REPO/manifests/local/webhook.yaml" | sed 's/^/    /'
 
 step "$NODES fake nodes node-1..node-$NODES"
-for ((i = 1; i <= NODES; i++)); do
-  cat <<EOF
----
-apiVersion: v1
-kind: Node
-metadata:
-  name: node-$i
-  annotations:
-    kwok.x-k8s.io/node: fake
-    node.alpha.kubernetes.io/ttl: "0"
-  labels:
-    kubeslurm.io/slurm-node: "true"
-    kubernetes.io/hostname: node-$i
-    kubernetes.io/os: linux
-    kubernetes.io/arch: amd64
-    type: kwok
-    # What the GPU operator's feature discovery labels a GPU node with (fake GPUs, see
-    # GPUS_PER_NODE in lib.sh: slurmd has as many gres/gpu).
-    nvidia.com/gpu.present: "true"
-    nvidia.com/gpu.count: "$GPUS_PER_NODE"
-    nvidia.com/gpu.product: Fake-GPU
-status:
-  capacity:
-    cpu: "4"
-    memory: 8Gi
-    pods: "110"
-    nvidia.com/gpu: "$GPUS_PER_NODE"
-  allocatable:
-    cpu: "4"
-    memory: 8Gi
-    pods: "110"
-    nvidia.com/gpu: "$GPUS_PER_NODE"
-EOF
-done | kc apply -f - | sed 's/^/    /'
+for ((i = 1; i <= NODES; i++)); do kwok_node_manifest "node-$i" "kubeslurm.io/slurm-node: \"true\""; done | kc apply -f - | sed 's/^/    /'
 kc wait --for=condition=Ready node -l kubeslurm.io/slurm-node=true --timeout=90s | sed 's/^/    /'
 # No node.kubernetes.io/not-ready taint (the API server runs without TaintNodesByCondition and
 # no nodelifecycle controller would lift it); drop one a node may carry from elsewhere.
