@@ -146,7 +146,7 @@ func newCommand() *cobra.Command {
 		_ = cmd.MarkFlagRequired(name)
 	}
 	addKlogFlags(cmd)
-	cmd.AddCommand(newAgentCommand())
+	cmd.AddCommand(newAgentCommand(), newTokenCommand())
 	return cmd
 }
 

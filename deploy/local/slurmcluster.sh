@@ -37,18 +37,13 @@ helm_local() {
 # example_port SECTION: the port of the SlurmCluster's spec.SECTION.
 example_port() { kc get -f "$EXAMPLE" -n "$NS" -o jsonpath="{.spec.$1.port}"; }
 
-# cluster_token: a JWT for the slurm user signed with the cluster's JWT key (HS256, the
-# claims slurmctld's auth/jwt reads), valid 10 minutes.
+# cluster_token: a JWT for the slurm user signed with the cluster's JWT key, valid 10
+# minutes (`kubeslurm-controller slurm-token`).
 cluster_token() {
-  local key now header payload sig
-  key=$(kc get secret -n "$NS" "$CLUSTER-jwt-key" -o jsonpath='{.data.jwt_hs256\.key}' | base64 -d | od -An -v -tx1 | tr -d ' \n')
-  [ -n "$key" ] || die "no JWT key in Secret $NS/$CLUSTER-jwt-key"
-  now=$(date +%s)
-  b64url() { base64 -w0 | tr '+/' '-_' | tr -d '='; }
-  header=$(printf '{"alg":"HS256","typ":"JWT"}' | b64url)
-  payload=$(printf '{"exp":%d,"iat":%d,"sun":"%s"}' $((now + 600)) "$now" "$SLURM_USER" | b64url)
-  sig=$(printf '%s.%s' "$header" "$payload" | openssl dgst -sha256 -mac HMAC -macopt "hexkey:$key" -binary | b64url)
-  printf '%s.%s.%s' "$header" "$payload" "$sig"
+  local key
+  key=$(kc get secret -n "$NS" "$CLUSTER-jwt-key" -o jsonpath='{.data.jwt_hs256\.key}') && [ -n "$key" ] ||
+    die "no JWT key in Secret $NS/$CLUSTER-jwt-key"
+  base64 -d <<<"$key" | "$BIN/kubeslurm-controller" slurm-token --key-file - --user "$SLURM_USER" --lifetime 10m
 }
 
 # slurm_in_cluster COMMAND [ARGS...]: see the header. Fails with the command. The pod has
@@ -56,11 +51,12 @@ cluster_token() {
 # slurm user) and authenticates with auth/jwt: Slurm's commands make auth/slurm credentials
 # only through a local sackd or slurmd.
 slurm_in_cluster() {
-  local name=slurm-cmd-$$-$RANDOM phase= sts log i a args
+  local name=slurm-cmd-$$-$RANDOM phase= sts log i a args token
+  token=$(cluster_token) || die "no token for $NS/$CLUSTER's Slurm"
   sts=$(kc get statefulset -n "$NS" "$CLUSTER-controller" -o json) || die "no slurmctld StatefulSet in $NS"
   # Each argument through --arg, taken as it is (jq would read an argument like -h as its own).
   args=$(for a in "/usr/bin/$1" "${@:2}"; do jq -n --arg v "$a" '$v'; done | jq -sc .)
-  jq --arg ns "$NS" --arg name "$name" --arg token "$(cluster_token)" --argjson args "$args" '
+  jq --arg ns "$NS" --arg name "$name" --arg token "$token" --argjson args "$args" '
     .spec.template.spec as $s | ($s.volumes[] | select(.name == "config")) as $config |
     {apiVersion: "v1", kind: "Pod", metadata: {namespace: $ns, name: $name},
      spec: {restartPolicy: "Never", securityContext: $s.securityContext, volumes: [$config],

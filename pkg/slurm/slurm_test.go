@@ -223,6 +223,19 @@ func TestTokenSource(t *testing.T) {
 	require.NoError(t, err, "signed with the key, as slurmctld checks it")
 	assert.Equal(t, "slurm", claims["sun"])
 
+	// One token from the key itself carries the same claims, the same way signed.
+	one, err := slurm.MintHS256(secret, "slurm", time.Hour)
+	require.NoError(t, err)
+	oneClaims := jwt.MapClaims{}
+	_, err = jwt.ParseWithClaims(one, oneClaims, func(*jwt.Token) (any, error) { return secret, nil },
+		jwt.WithValidMethods([]string{"HS256"}))
+	require.NoError(t, err)
+	assert.Equal(t, claims["sun"], oneClaims["sun"])
+	assert.Equal(t, oneClaims["exp"].(float64)-oneClaims["iat"].(float64), claims["exp"].(float64)-claims["iat"].(float64))
+	assert.Len(t, oneClaims, len(claims))
+	_, err = slurm.MintHS256(nil, "slurm", time.Hour)
+	assert.ErrorContains(t, err, "empty")
+
 	_, err = slurm.NewTokenSource(t.TempDir()+"/missing", "slurm", time.Hour).Token()
 	assert.Error(t, err)
 }

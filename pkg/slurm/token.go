@@ -44,8 +44,7 @@ func (t *TokenSource) Token() (string, error) {
 	if t.token != "" && now.Before(t.renewAt) && !t.keyFileReplaced() {
 		return t.token, nil
 	}
-	// Claims as `scontrol token` writes them: sun is the Slurm user name.
-	claims := jwt.MapClaims{"iat": now.Unix(), "exp": now.Add(t.Lifetime).Unix(), "sun": t.User}
+	claims := tokenClaims(t.User, now, t.Lifetime)
 	var signed string
 	var err error
 	if t.RSAKey != nil {
@@ -68,6 +67,24 @@ func (t *TokenSource) Token() (string, error) {
 		return "", fmt.Errorf("signing Slurm JWT: %w", err)
 	}
 	t.token, t.renewAt = signed, now.Add(t.Lifetime/2)
+	return signed, nil
+}
+
+// tokenClaims are the claims `scontrol token` writes: sun is the Slurm user name.
+func tokenClaims(user string, now time.Time, lifetime time.Duration) jwt.MapClaims {
+	return jwt.MapClaims{"iat": now.Unix(), "exp": now.Add(lifetime).Unix(), "sun": user}
+}
+
+// MintHS256 returns one token for user, valid for lifetime from now, signed with an
+// auth/jwt HS256 key: what a TokenSource with that key file mints.
+func MintHS256(key []byte, user string, lifetime time.Duration) (string, error) {
+	if len(key) == 0 {
+		return "", fmt.Errorf("slurm JWT key is empty")
+	}
+	signed, err := jwt.NewWithClaims(jwt.SigningMethodHS256, tokenClaims(user, time.Now(), lifetime)).SignedString(key)
+	if err != nil {
+		return "", fmt.Errorf("signing Slurm JWT: %w", err)
+	}
 	return signed, nil
 }
 
