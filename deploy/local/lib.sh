@@ -603,32 +603,43 @@ pid_gone() {
   [ -z "$s" ] || [ "$s" = Z ]
 }
 
-# comp_stop NAME: TERM, up to 10 s, then KILL; removes the PID file. Stopped already is fine.
+# comp_stop_signals NAME: the signals comp_stop sends, each after the one before has had
+# its time (comp_stop_wait). A pod runner stops its pods first, each within its grace
+# period (a worker drains its node), and a second SIGTERM ends them all at once: killed, it
+# would leave them running.
+comp_stop_signals() {
+  case $1 in
+    podrunner-*) echo TERM TERM KILL ;;
+    *) echo TERM KILL ;;
+  esac
+}
+
+# comp_stop_wait NAME SIGNAL N: seconds given to NAME after SIGNAL, its Nth (from 1).
+comp_stop_wait() {
+  case $1:$2:$3 in
+    *:KILL:*) echo 5 ;;
+    podrunner-*:TERM:1) echo 60 ;;
+    *) echo 10 ;;
+  esac
+}
+
+# comp_stop NAME: comp_stop_signals until it is gone; removes the PID file. Stopped already
+# is fine.
 comp_stop() {
-  local n=$1 pid i f
+  local n=$1 pid i f sig prev k=0 waited=
   f=$(pidfile "$n")
   if ! pid=$(comp_pid "$n"); then
     rm -f "$f"
     info "$n not running"
     return 0
   fi
-  kill -TERM "$pid" 2>/dev/null || true
-  for ((i = 0; i < 100; i++)); do pid_gone "$pid" && break; sleep 0.1; done
-  # A pod runner stops its pods first, each within its grace period (a worker drains its
-  # node); a second SIGTERM ends them all at once. Killed, it would leave them running.
-  if [[ $n == podrunner-* ]] && ! pid_gone "$pid"; then
-    for ((i = 0; i < 500; i++)); do pid_gone "$pid" && break; sleep 0.1; done
-    if ! pid_gone "$pid"; then
-      warn "$n (pid $pid) still alive 60 s after SIGTERM: SIGTERM again, its pods end at once"
-      kill -TERM "$pid" 2>/dev/null || true
-      for ((i = 0; i < 100; i++)); do pid_gone "$pid" && break; sleep 0.1; done
-    fi
-  fi
-  if ! pid_gone "$pid"; then
-    warn "$n (pid $pid) still alive after SIGTERM: SIGKILL"
-    kill -KILL "$pid" 2>/dev/null || true
-    for ((i = 0; i < 50; i++)); do pid_gone "$pid" && break; sleep 0.1; done
-  fi
+  for sig in $(comp_stop_signals "$n"); do
+    pid_gone "$pid" && break
+    [ -n "$waited" ] && warn "$n (pid $pid) still alive $waited s after SIG$prev: SIG$sig"
+    kill "-$sig" "$pid" 2>/dev/null || true
+    k=$((k + 1)) prev=$sig waited=$(comp_stop_wait "$n" "$sig" "$k")
+    for ((i = 0; i < waited * 10; i++)); do pid_gone "$pid" && break; sleep 0.1; done
+  done
   rm -f "$f"
   printf '\n===== %s: stopped %s (pid %s)\n' "$(date -Is)" "$n" "$pid" >>"$(comp_log "$n")"
   info "$n stopped (pid $pid)"
