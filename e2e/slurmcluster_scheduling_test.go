@@ -393,7 +393,7 @@ func TestPreemptionOnSlurmCluster(t *testing.T) {
 // Issue 5 with docs/topology.md: a SlurmCluster's spec.topology puts its workers in Slurm
 // blocks by their nodes' NVLink clique label. The runner's node labelled e2e-a: its worker
 // is in block e2e-a in `scontrol show topology`; relabelled e2e-b, it moves there (a new
-// configuration, slurmctld restarted with it); annotated with the block e2e-pinned, which
+// configuration, which slurmctld reads in place); annotated with the block e2e-pinned, which
 // wins over the label, it moves again; and a job still runs on it.
 func TestSlurmClusterTopologyBlocks(t *testing.T) {
 	ctx := context.Background()

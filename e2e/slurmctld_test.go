@@ -287,12 +287,14 @@ func TestSlurmClusterRunsSlurm(t *testing.T) {
 	assert.Contains(t, out, running+" RUNNING "+runnerNode, "the running job survived the slurmctld pod's restart")
 	assert.Contains(t, out, held+" PENDING (JobHeldUser)", "the held job survived the slurmctld pod's restart")
 
-	// Issue 5, test 2: a partition change in the spec reaches slurmctld (an in-place restart
-	// of its pod with the new configuration) while the job keeps running.
-	// The worker, configless, holds what it fetched from slurmctld; slurmctld's restart alone
-	// would leave it there, so the controller has slurmctld send the new one to every slurmd.
+	// Issue 5, test 2: a partition change in the spec reaches slurmctld in place (its
+	// script has it re-read the files; the same pod) while the job keeps running, and
+	// slurmctld's reconfigure sends it to the configless worker and login pod.
 	update := func(mutate func(*slurmv1.SlurmCluster)) { updateCluster(t, kc, key, c, mutate) }
+	require.NoError(t, kc.Get(ctx, key, c))
 	applied := c.Status.AppliedConfigHash
+	ctld, err := kube.CoreV1().Pods(ns).Get(ctx, "slurm-controller-0", metav1.GetOptions{})
+	require.NoError(t, err)
 	require.NotEmpty(t, applied)
 	require.Contains(t, workerConfCache(t, ns, worker), " MaxTime=1:00:00 ")
 	loginConf, login := loginConfCache(t, ns)
@@ -319,10 +321,12 @@ func TestSlurmClusterRunsSlurm(t *testing.T) {
 	assert.Contains(t, namedClusterEvents(t, ns, "slurm", wellknown.EventSlurmWorkersReconfigured),
 		"slurmctld sent configuration "+c.Status.AppliedConfigHash+" to every slurmd (was "+applied+")")
 	assert.Contains(t, squeue(), running+" RUNNING "+runnerNode, "the running job survived the reconfiguration")
+	now, err := kube.CoreV1().Pods(ns).Get(ctx, "slurm-controller-0", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, ctld.UID, now.UID, "reconfigured in place: the same slurmctld pod")
+	assert.Equal(t, c.Status.AppliedConfigHash, now.Annotations[wellknown.SlurmctldConfigAnnotation])
 
 	// A refused value: ConfigValid False, and slurmctld keeps running the old configuration.
-	ctld, err := kube.CoreV1().Pods(ns).Get(ctx, "slurm-controller-0", metav1.GetOptions{})
-	require.NoError(t, err)
 	applied = c.Status.AppliedConfigHash
 	update(func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "SlurmctldHost=elsewhere" })
 	eventually(t, 30*time.Second, "ConfigValid False", func() bool {
@@ -333,15 +337,16 @@ func TestSlurmClusterRunsSlurm(t *testing.T) {
 	require.NoError(t, kc.Get(ctx, key, c))
 	assert.Equal(t, applied, c.Status.AppliedConfigHash)
 	assert.True(t, meta.IsStatusConditionTrue(c.Status.Conditions, slurmv1.ConditionConfigApplied))
-	now, err := kube.CoreV1().Pods(ns).Get(ctx, "slurm-controller-0", metav1.GetOptions{})
+	now, err = kube.CoreV1().Pods(ns).Get(ctx, "slurm-controller-0", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, ctld.UID, now.UID, "slurmctld was not restarted for a refused spec")
 	update(func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "" })
 
 	// A line kubeslurm's validation lets through but slurmctld refuses: a scheduler plugin
-	// that does not exist (slurmctld exits at start). slurmctld runs the applied
-	// configuration again, ConfigApplied says why in slurmctld's words, the job runs on, the
-	// rejected configuration is not retried, and a fixed spec is applied.
+	// that does not exist. slurmctld runs on with the applied configuration (never down),
+	// ConfigApplied says why in slurmctld's words, the job runs on, the rejected
+	// configuration is not retried, a new slurmctld pod starts on the applied one, and a
+	// fixed spec is applied.
 	rejectedByCtld(t, c, update, squeue, running)
 
 	// Issue 5, test 4: scaling in (the runner's node leaves the NodeSet's selector) drains
@@ -407,10 +412,21 @@ func rejectedByCtld(t *testing.T, c *slurmv1.SlurmCluster, update func(func(*slu
 	require.NoError(t, kc.Get(ctx, key, c))
 	applied := c.Status.AppliedConfigHash
 	require.Equal(t, applied, c.Status.ConfigHash)
+	podName := slurmcluster.ControllerName(c) + "-0"
+	ctld, err := kube.CoreV1().Pods(c.Namespace).Get(ctx, podName, metav1.GetOptions{})
+	require.NoError(t, err)
+	ping := func() bool {
+		out, ok := slurmCommand(t, c, "/usr/bin/scontrol", "ping")
+		return ok && strings.Contains(out, "Slurmctld(primary) at slurm-controller-0 is UP")
+	}
 	start := time.Now()
 	update(func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "SchedulerType=sched/nonexistent" })
+	// slurmctld answers all along: each ping until the refusal is known must find it UP.
 	var cond *metav1.Condition
+	pings := 0
 	eventually(t, 180*time.Second, "ConfigApplied False, RejectedBySlurmctld", func() bool {
+		require.True(t, ping(), "slurmctld UP while it is told of a configuration it refuses")
+		pings++
 		if kc.Get(ctx, key, c) != nil {
 			return false
 		}
@@ -421,49 +437,56 @@ func rejectedByCtld(t *testing.T, c *slurmv1.SlurmCluster, update func(func(*slu
 	require.NotEqual(t, applied, rejected)
 	assert.Equal(t, rejected, c.Status.RejectedConfigHash)
 	assert.Equal(t, applied, c.Status.AppliedConfigHash)
-	t.Logf("rejected %s after the spec change: ConfigApplied: %s", time.Since(start).Round(time.Second), cond.Message)
-	// slurmctld's own words, from its log through the pod's termination message.
-	assert.Contains(t, cond.Message, "slurmctld refused configuration "+rejected+": exit code 1: ")
+	t.Logf("rejected %s after the spec change (%d pings, all UP): ConfigApplied: %s", time.Since(start).Round(time.Second), pings, cond.Message)
+	// slurmctld's own words, from its log through the annotations its script wrote.
+	assert.Contains(t, cond.Message, "slurmctld refused configuration "+rejected+": ")
 	assert.Contains(t, cond.Message, "error: cannot create sched context for sched/nonexistent")
 	assert.Contains(t, cond.Message, "fatal: Failed to initialize the various schedulers")
-	assert.Contains(t, cond.Message, "it runs configuration "+applied+" again")
+	assert.Contains(t, cond.Message, "it runs configuration "+applied+" until the spec changes")
 	eventually(t, 30*time.Second, "event SlurmConfigRejected", func() bool {
 		return strings.Contains(namedClusterEvents(t, c.Namespace, c.Name, wellknown.EventSlurmConfigRejected), "slurmctld refused configuration "+rejected)
 	})
-
-	var ctld *v1.Pod
-	eventually(t, 180*time.Second, "slurmctld ready again on configuration "+applied, func() bool {
-		p, err := kube.CoreV1().Pods(c.Namespace).Get(ctx, slurmcluster.ControllerName(c)+"-0", metav1.GetOptions{})
-		ctld = p
-		return err == nil && p.DeletionTimestamp == nil && podReady(p) && p.Annotations[wellknown.SlurmConfigHashAnnotation] == applied
-	})
-	t.Logf("slurmctld ready on configuration %s %s after the spec change", applied, time.Since(start).Round(time.Second))
-	// Once (in a fresh-clone run) the StatefulSet replaced that pod again 2 s after it
-	// came up, and a ping just then found slurmctld DOWN: it must be up again within a minute.
-	var (
-		out string
-		ok  bool
-	)
-	eventually(t, 60*time.Second, "scontrol ping: slurmctld UP on configuration "+applied, func() bool {
-		out, ok = slurmCommand(t, c, "/usr/bin/scontrol", "ping")
-		return ok && strings.Contains(out, "Slurmctld(primary) at slurm-controller-0 is UP")
-	})
-	// The configuration slurmctld runs (and serves to its configless workers).
-	out, ok = slurmCommand(t, c, "/usr/bin/scontrol", "show", "config")
+	// The configuration slurmctld runs (and serves to its configless workers), in the same pod.
+	out, ok := slurmCommand(t, c, "/usr/bin/scontrol", "show", "config")
 	require.True(t, ok, out)
 	assert.Regexp(t, `(?m)^SchedulerType\s+= sched/backfill$`, out)
 	assert.Contains(t, squeue(), running+" RUNNING "+runnerNode, "the running job survived the rejected configuration")
+	now, err := kube.CoreV1().Pods(c.Namespace).Get(ctx, podName, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, ctld.UID, now.UID, "the same slurmctld pod")
+	assert.Equal(t, applied, now.Annotations[wellknown.SlurmctldConfigAnnotation])
 
-	// Not retried: the same pod keeps running the applied configuration.
-	time.Sleep(10 * time.Second) // a retry (a new pod) would show by now
+	// Not retried.
+	time.Sleep(10 * time.Second) // a retry would show by now
 	require.NoError(t, kc.Get(ctx, key, c))
 	assert.Equal(t, rejected, c.Status.RejectedConfigHash)
 	assert.Equal(t, slurmcluster.ReasonRejectedBySlurmctld, meta.FindStatusCondition(c.Status.Conditions, slurmv1.ConditionConfigApplied).Reason)
-	now, err := kube.CoreV1().Pods(c.Namespace).Get(ctx, ctld.Name, metav1.GetOptions{})
-	require.NoError(t, err)
-	assert.Equal(t, ctld.UID, now.UID, "the rejected configuration was not tried again")
+	assert.Equal(t, 1, strings.Count(namedClusterEvents(t, c.Namespace, c.Name, wellknown.EventSlurmConfigRejected), rejected), "one event")
 
-	// A fixed spec: applied, and no longer rejected.
+	// A new slurmctld pod while the spec's configuration is refused: its script finds it
+	// refused at start and starts slurmctld on the applied one (the kept ConfigMap).
+	require.NoError(t, kube.CoreV1().Pods(c.Namespace).Delete(ctx, podName, metav1.DeleteOptions{}))
+	start = time.Now()
+	eventually(t, 180*time.Second, "a new slurmctld pod ready on configuration "+applied, func() bool {
+		p, err := kube.CoreV1().Pods(c.Namespace).Get(ctx, podName, metav1.GetOptions{})
+		if err == nil {
+			now = p
+		}
+		return err == nil && p.UID != ctld.UID && podReady(p) && p.Annotations[wellknown.SlurmctldConfigAnnotation] == applied &&
+			p.Annotations[wellknown.SlurmctldRefusedConfigAnnotation] == rejected
+	})
+	t.Logf("the new slurmctld pod ready on configuration %s %s after the old one's deletion", applied, time.Since(start).Round(time.Second))
+	eventually(t, 30*time.Second, "scontrol ping: the new slurmctld UP", ping)
+	out, ok = slurmCommand(t, c, "/usr/bin/scontrol", "show", "config")
+	require.True(t, ok, out)
+	assert.Regexp(t, `(?m)^SchedulerType\s+= sched/backfill$`, out)
+	assert.Contains(t, squeue(), running+" RUNNING "+runnerNode, "the running job survived the new slurmctld pod")
+	require.NoError(t, kc.Get(ctx, key, c))
+	assert.Equal(t, rejected, c.Status.RejectedConfigHash)
+	assert.Equal(t, applied, c.Status.AppliedConfigHash)
+	ctld = now
+
+	// A fixed spec: applied in place, and no longer rejected.
 	start = time.Now()
 	update(func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "SchedulerType=sched/builtin" })
 	eventually(t, 180*time.Second, "the fixed configuration applied", func() bool {
@@ -476,6 +499,9 @@ func rejectedByCtld(t *testing.T, c *slurmv1.SlurmCluster, update func(func(*slu
 	require.True(t, ok, out)
 	assert.Regexp(t, `(?m)^SchedulerType\s+= sched/builtin$`, out)
 	assert.Contains(t, squeue(), running+" RUNNING "+runnerNode, "the running job survived the fixed configuration")
+	now, err = kube.CoreV1().Pods(c.Namespace).Get(ctx, podName, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, ctld.UID, now.UID, "applied in place")
 }
 
 // Issue 5: a worker lost without its wrapper leaves its dynamic node in Slurm, DOWN for

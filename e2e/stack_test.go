@@ -315,8 +315,9 @@ func clusterStack(c *slurmv1.SlurmCluster, runners map[string]*podRunner) stack 
 		slurm: func(t *testing.T, command string, args ...string) string {
 			t.Helper()
 			out, ok := slurmCommand(t, c, append([]string{"/usr/bin/" + command}, args...)...)
-			// A node joining or leaving restarts slurmctld (its NodeSet changes slurm.conf):
-			// a read meanwhile is asked again, as an admin would.
+			// A node joining or leaving has slurmctld re-read slurm.conf (its NodeSet changes
+			// it), a re-execution of itself: a read in that moment is asked again, as an
+			// admin would.
 			for try := 1; !ok && try < 5 && readOnlySlurmCommand(command, args) && slurmctldRestarting(out); try++ {
 				time.Sleep(2 * time.Second)
 				out, ok = slurmCommand(t, c, append([]string{"/usr/bin/" + command}, args...)...)

@@ -491,8 +491,8 @@ const (
 	// ConditionControllerReady: the slurmctld pod is running and accepts connections.
 	ConditionControllerReady = "ControllerReady"
 	// ConditionConfigApplied: slurmctld runs the configuration in the ConfigMap. False while
-	// it restarts with a new one, or cannot (reason RejectedBySlurmctld: slurmctld refused it
-	// and runs the last applied one again; the message says why).
+	// it is told to read a new one, or cannot (reason RejectedBySlurmctld: slurmctld refused
+	// it and runs on with the last applied one; the message says why).
 	ConditionConfigApplied = "ConfigApplied"
 	// ConditionComputeDomainReady: the ComputeDomain exists as the spec asks and NVIDIA's
 	// driver reports it Ready. Absent while spec.computeDomain is not enabled.
@@ -552,12 +552,12 @@ type SlurmClusterStatus struct {
 	// ConfigUpdateTime is when ConfigMap last changed.
 	// +optional
 	ConfigUpdateTime *metav1.Time `json:"configUpdateTime,omitempty"`
-	// AppliedConfigHash is the configuration slurmctld last ran ready (its pod's ConfigHash);
-	// ConfigMap <name>-slurm-config-applied keeps its files.
+	// AppliedConfigHash is the configuration slurmctld last ran ready (as its pod's script
+	// reported); ConfigMap <name>-slurm-config-applied keeps its files.
 	// +optional
 	AppliedConfigHash string `json:"appliedConfigHash,omitempty"`
-	// RejectedConfigHash is a configuration slurmctld refused to start with: while it is
-	// ConfigHash, slurmctld runs AppliedConfigHash again and the rejected one is not retried.
+	// RejectedConfigHash is a configuration slurmctld refused to read: while it is
+	// ConfigHash, slurmctld runs on with AppliedConfigHash and the rejected one is not retried.
 	// Cleared once slurmctld runs ConfigHash.
 	// +optional
 	RejectedConfigHash string `json:"rejectedConfigHash,omitempty"`

@@ -169,13 +169,17 @@ func run(ctx context.Context, o options) error {
 		}
 		topo = &o.topology
 	}
-	mgr, err := newManager(o.kubeconfig, ctrl.Options{
+	mgrOpts := ctrl.Options{
 		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress:  o.probeAddr,
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "kubeslurm-controller",
 		LeaderElectionNamespace: o.leaderNamespace,
-	}, slurmv1.AddToScheme)
+	}
+	if o.slurmClusters {
+		mgrOpts.Cache.ByObject = slurmclustercontroller.CacheByObject()
+	}
+	mgr, err := newManager(o.kubeconfig, mgrOpts, slurmv1.AddToScheme)
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ dir="$cache/slurm-root-$SLURM_SUITE"
 # directory (sssd), with libpam-sss and openssh-server for their ssh logins; slapd with
 # ldap-utils: the directory the e2e tests start (and ldapsearch to look into it). With them
 # the root is about 900 MB, made in ~85 s.
-packages=slurmctld,slurmd,slurmrestd,slurm-client,slurm-wlm-jwt-plugin,procps,ca-certificates,slurmdbd,sackd,mariadb-server,sssd-ldap,libnss-sss,libpam-sss,openssh-server,slapd,ldap-utils
+packages=slurmctld,slurmd,slurmrestd,slurm-client,slurm-wlm-jwt-plugin,procps,ca-certificates,curl,slurmdbd,sackd,mariadb-server,sssd-ldap,libnss-sss,libpam-sss,openssh-server,slapd,ldap-utils
 # After the packages: pam_mkhomedir in the PAM session stack (pam-auth-update, as
 # deploy/images/Dockerfile.login does), so a login pod's sshd makes a user's home at the
 # first login.

@@ -9,10 +9,11 @@ const (
 	// SlurmConfigHashAnnotation on the rendered ConfigMap is the hash of its files: pods
 	// that mount it will carry it too, so a change reaches them.
 	SlurmConfigHashAnnotation = "slurm.kubeslurm.io/config-hash"
-	// SlurmRejectedConfigHashAnnotation on slurmctld's StatefulSet is the configuration
-	// slurmctld refused. It is written with the template that puts slurmctld back on the
-	// kept configuration, so a lost status write cannot send slurmctld to it again.
-	SlurmRejectedConfigHashAnnotation = "slurm.kubeslurm.io/rejected-config-hash"
+	// On slurmctld's pod, written by its container's script: the configuration hash
+	// slurmctld runs, and the last one it refused with its error and fatal lines.
+	SlurmctldConfigAnnotation        = "slurm.kubeslurm.io/slurmctld-config-hash"
+	SlurmctldRefusedConfigAnnotation = "slurm.kubeslurm.io/slurmctld-refused-config-hash"
+	SlurmctldRefusedReasonAnnotation = "slurm.kubeslurm.io/slurmctld-refused-reason"
 	// WorkersStoppedAnnotationPrefix + a SlurmCluster's name: on a namespace being
 	// deleted, when kubeslurm stopped that cluster's workers (their pods are gone).
 	WorkersStoppedAnnotationPrefix = "workers-stopped.slurm.kubeslurm.io/"

@@ -6,12 +6,9 @@ import (
 	"regexp"
 	"strings"
 
-	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -20,21 +17,16 @@ import (
 	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
 )
 
-// A configuration reaches slurmctld by a restart of its pod (slurmctld.go). slurmctld may
+// A configuration reaches slurmctld in place: its container's script has it re-read the
+// rendered files and writes the outcome onto its pod (slurmctldscript.go). slurmctld may
 // refuse one that kubeslurm's validation let through (an unknown key, a plugin it cannot
-// load): it exits at start, every start. So the configuration slurmctld last ran ready is
-// kept in a second ConfigMap; a configuration slurmctld exits on is recorded as rejected
-// (status.rejectedConfigHash), slurmctld is put back on the kept one, and the rejected
-// hash is not tried again: only a spec rendering to another hash is.
+// load); it then runs on with the one before. The configuration slurmctld last ran is kept
+// in a second ConfigMap, mounted beside the rendered one: a slurmctld that starts again
+// (its pod replaced) while the rendered one is refused starts from the kept one. slurmrestd,
+// which reads slurm.conf only at its start, is given the kept one meanwhile (servedConfig).
 
 const (
 	ReasonRejectedBySlurmctld = "RejectedBySlurmctld"
-	// rejectAfterRestarts: slurmctld counts as refusing a configuration once its container
-	// exited non-zero after this many restarts on it. A fresh pod runs each configuration,
-	// so the count is that configuration's. A fatal configuration error exits within a
-	// second on every start; one exit alone may be a passing cause (its host name not yet
-	// in DNS), so one retry (the kubelet's 10 s back-off) is waited for.
-	rejectAfterRestarts = 1
 	// failureMessageMax bounds the part of slurmctld's log put in a condition.
 	failureMessageMax = 512
 )
@@ -55,9 +47,8 @@ func (r *Reconciler) controllerPod(ctx context.Context, c *slurmv1.SlurmCluster)
 	return p, nil
 }
 
-// servedConfig is the ConfigMap and hash slurmctld (and slurmrestd, which must read the same
-// slurm.conf) are to run: the rendered one, or the kept one while slurmctld rejects the
-// rendered one.
+// servedConfig is the ConfigMap and hash slurmrestd is to read (the slurm.conf slurmctld
+// runs): the rendered one, or the kept one while slurmctld rejects the rendered one.
 func (r *Reconciler) servedConfig(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus) (string, string, error) {
 	if !rejected(status) {
 		return ConfigMapName(c), status.ConfigHash, nil
@@ -114,67 +105,9 @@ func (r *Reconciler) keepAppliedConfig(ctx context.Context, c *slurmv1.SlurmClus
 	return true, nil
 }
 
-// rejectedOnStatefulSet takes the rejected configuration from slurmctld's StatefulSet
-// when the status lost it: the status write that recorded it can fail (a conflict) after
-// the StatefulSet was already put back on the kept configuration and the failing pod
-// deleted, and nothing would then show the rejection again.
-func rejectedOnStatefulSet(sts *appsv1.StatefulSet, status *slurmv1.SlurmClusterStatus) {
-	if h := sts.Annotations[wellknown.SlurmRejectedConfigHashAnnotation]; status.RejectedConfigHash == "" &&
-		h != "" && h == status.ConfigHash && h != status.AppliedConfigHash {
-		status.RejectedConfigHash = h
-	}
-}
-
-// checkRejected records the rendered configuration as rejected when slurmctld's pod on it
-// keeps exiting (slurmctldFailed), with a condition and one warning event saying why.
-// A configuration slurmctld ran before is never rejected.
-func (r *Reconciler) checkRejected(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus, p *v1.Pod) error {
-	if p == nil || status.ConfigHash == "" || status.ConfigHash == status.AppliedConfigHash ||
-		status.ConfigHash == status.RejectedConfigHash || p.Annotations[wellknown.SlurmConfigHashAnnotation] != status.ConfigHash {
-		return nil
-	}
-	failed, why := slurmctldFailed(p)
-	if !failed {
-		return nil
-	}
-	status.RejectedConfigHash = status.ConfigHash
-	kept, err := r.appliedConfigKept(ctx, c, status)
-	if err != nil {
-		return err
-	}
-	msg := fmt.Sprintf("slurmctld refused configuration %s: %s; ", status.ConfigHash, why)
-	if kept {
-		msg += fmt.Sprintf("it runs configuration %s again until the spec changes", status.AppliedConfigHash)
-	} else {
-		msg += "there is no applied configuration to return to; it is not retried until the spec changes"
-	}
-	setCondition(status, c.Generation, slurmv1.ConditionConfigApplied, metav1.ConditionFalse, ReasonRejectedBySlurmctld, msg)
-	r.Recorder.Eventf(c, nil, v1.EventTypeWarning, wellknown.EventSlurmConfigRejected, "ApplyConfig", "%s", msg)
-	return nil
-}
-
-// replaceFailedController deletes slurmctld's pod when it keeps exiting on a configuration
-// the StatefulSet no longer asks for: the StatefulSet controller does not replace a pod that
-// is not ready (Kubernetes' "forced rollback"), so the kept or a newer configuration would
-// never start. Its state is on the claim, which stays.
-func (r *Reconciler) replaceFailedController(ctx context.Context, c *slurmv1.SlurmCluster, p *v1.Pod, hash string) error {
-	if p == nil || p.DeletionTimestamp != nil || p.Annotations[wellknown.SlurmConfigHashAnnotation] == hash {
-		return nil
-	}
-	if failed, _ := slurmctldFailed(p); !failed {
-		return nil
-	}
-	ctrl.LoggerFrom(ctx).Info("deleting the failing slurmctld pod for another configuration", "pod", p.Name,
-		"podConfigHash", p.Annotations[wellknown.SlurmConfigHashAnnotation], "configHash", hash)
-	if err := r.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("deleting failing slurmctld pod %s: %w", p.Name, err)
-	}
-	return nil
-}
-
 // slurmctldFailed: the slurmctld container of p is not running, was restarted at least
-// rejectAfterRestarts times and its last run exited non-zero; why is that exit and the
-// end of slurmctld's log (its termination message).
+// once and its last run exited non-zero; why is that exit and the end of slurmctld's log
+// (its termination message).
 func slurmctldFailed(p *v1.Pod) (bool, string) {
 	if isReady(p) {
 		return false, ""
@@ -187,7 +120,7 @@ func slurmctldFailed(p *v1.Pod) (bool, string) {
 		if term == nil {
 			term = cs.LastTerminationState.Terminated
 		}
-		if cs.State.Running != nil || cs.RestartCount < rejectAfterRestarts || term == nil || term.ExitCode == 0 {
+		if cs.State.Running != nil || cs.RestartCount < 1 || term == nil || term.ExitCode == 0 {
 			return false, ""
 		}
 		why := fmt.Sprintf("exit code %d", term.ExitCode)
@@ -232,14 +165,17 @@ func failureLines(log string) string {
 	return out
 }
 
-// configApplied sets ConfigApplied from the hash slurmctld's ready pod runs, and keeps
-// that configuration once it is the rendered one. While the rendered configuration is
-// rejected the condition keeps the reason checkRejected gave.
+// configApplied sets ConfigApplied from what slurmctld's script wrote on its ready pod:
+// the configuration slurmctld runs (kept once it is the rendered one) and the last one it
+// refused. It reports whether to look again soon.
 func (r *Reconciler) configApplied(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus, p *v1.Pod) (bool, error) {
 	name := controllerPodName(c)
-	running := ""
-	if p != nil && p.DeletionTimestamp == nil && isReady(p) {
-		running = p.Annotations[wellknown.SlurmConfigHashAnnotation]
+	running, refused, reason := "", "", ""
+	if p != nil && p.DeletionTimestamp == nil {
+		refused, reason = p.Annotations[wellknown.SlurmctldRefusedConfigAnnotation], p.Annotations[wellknown.SlurmctldRefusedReasonAnnotation]
+		if isReady(p) {
+			running = p.Annotations[wellknown.SlurmctldConfigAnnotation]
+		}
 	}
 	switch {
 	case running != "" && running == status.ConfigHash:
@@ -254,20 +190,31 @@ func (r *Reconciler) configApplied(ctx context.Context, c *slurmv1.SlurmCluster,
 				status.LastReconfigureTime = &now
 			}
 			r.Recorder.Eventf(c, nil, v1.EventTypeNormal, wellknown.EventSlurmConfigApplied, "ApplyConfig",
-				"slurmctld pod %s runs configuration %s (was %q)", name, running, status.AppliedConfigHash)
+				"slurmctld (pod %s) runs configuration %s (was %q)", name, running, status.AppliedConfigHash)
 			status.AppliedConfigHash = running
 		}
 		setCondition(status, c.Generation, slurmv1.ConditionConfigApplied, metav1.ConditionTrue, ReasonControllerRunning,
 			fmt.Sprintf("slurmctld runs configuration %s", running))
-	case status.RejectedConfigHash != "" && status.RejectedConfigHash == status.ConfigHash:
-		msg := fmt.Sprintf("slurmctld refused configuration %s", status.ConfigHash)
-		if old := meta.FindStatusCondition(status.Conditions, slurmv1.ConditionConfigApplied); old != nil && old.Reason == ReasonRejectedBySlurmctld {
-			msg = old.Message
+	case refused != "" && refused == status.ConfigHash && refused != status.AppliedConfigHash:
+		msg := fmt.Sprintf("slurmctld refused configuration %s", refused)
+		if why := failureLines(reason); why != "" {
+			msg += ": " + why
+		}
+		if running != "" {
+			msg += fmt.Sprintf("; it runs configuration %s until the spec changes", running)
+		} else {
+			msg += "; it is not running, and starts again on the spec's next configuration"
 		}
 		setCondition(status, c.Generation, slurmv1.ConditionConfigApplied, metav1.ConditionFalse, ReasonRejectedBySlurmctld, msg)
+		if status.RejectedConfigHash != refused {
+			status.RejectedConfigHash = refused
+			r.Recorder.Eventf(c, nil, v1.EventTypeWarning, wellknown.EventSlurmConfigRejected, "ApplyConfig", "%s", msg)
+		}
 	case running != "":
 		setCondition(status, c.Generation, slurmv1.ConditionConfigApplied, metav1.ConditionFalse, ReasonControllerWaiting,
-			fmt.Sprintf("slurmctld runs configuration %s; restarting it with %s", running, status.ConfigHash))
+			fmt.Sprintf("slurmctld runs configuration %s; it is told to read %s", running, status.ConfigHash))
+		// The script sees the new files within seconds of the kubelet writing them.
+		return true, nil
 	default:
 		setCondition(status, c.Generation, slurmv1.ConditionConfigApplied, metav1.ConditionFalse, ReasonControllerWaiting,
 			fmt.Sprintf("slurmctld pod %s is not ready; it will run configuration %s", name, status.ConfigHash))

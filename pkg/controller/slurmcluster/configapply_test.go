@@ -17,23 +17,37 @@ import (
 )
 
 // slurmctld's log when a plugin named in slurm.conf does not exist (Slurm 26.05.5, seen by
-// hand: slurmctld -D with SchedulerType=sched/nonexistent).
-const schedRejectedLog = `[2026-12-03T13:25:43.426] error: Configured MailProg is invalid
+// hand: slurmctld -D with SchedulerType=sched/nonexistent); the script reports the same
+// lines (its grep keeps the error and fatal ones).
+const schedRejectedLines = `[2026-12-03T13:25:43.426] error: Configured MailProg is invalid
 [2026-12-03T13:25:43.434] error: cannot create sched context for sched/nonexistent
 [2026-12-03T13:25:43.434] error: failed to initialize sched plugin
 [2026-12-03T13:25:43.434] fatal: Failed to initialize the various schedulers
 `
 
-// controllerPodOn makes slurmctld's pod on configuration hash as the StatefulSet would (the
-// old one goes), with the given container status; ready sets its Ready condition.
+// controllerPodOn makes slurmctld's pod, whose script says slurmctld runs configuration
+// hash, with the given container status; ready sets its Ready condition.
 func (f *fixture) controllerPodOn(hash string, ready bool, cs v1.ContainerStatus) {
 	f.t.Helper()
+	f.controllerPodSays(map[string]string{wellknown.SlurmctldConfigAnnotation: hash}, ready, cs)
+}
+
+// controllerPodSays makes slurmctld's pod with annotations (its script's), keeping the
+// pod if it exists (a new configuration does not replace it).
+func (f *fixture) controllerPodSays(annotations map[string]string, ready bool, cs v1.ContainerStatus) {
+	f.t.Helper()
 	ctx := context.Background()
-	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "hpc", Name: "slurm-controller-0",
-		Labels:      componentLabels(f.cluster(), componentSlurmctld),
-		Annotations: map[string]string{wellknown.SlurmConfigHashAnnotation: hash}}}
-	_ = f.kube.Delete(ctx, p)
-	require.NoError(f.t, f.kube.Create(ctx, p))
+	p := &v1.Pod{}
+	err := f.kube.Get(ctx, client.ObjectKey{Namespace: "hpc", Name: "slurm-controller-0"}, p)
+	if apierrors.IsNotFound(err) {
+		p = &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "hpc", Name: "slurm-controller-0",
+			Labels: componentLabels(f.cluster(), componentSlurmctld), Annotations: annotations}}
+		require.NoError(f.t, f.kube.Create(ctx, p))
+	} else {
+		require.NoError(f.t, err)
+		p.Annotations = annotations
+		require.NoError(f.t, f.kube.Update(ctx, p))
+	}
 	cs.Name = componentSlurmctld
 	p.Status.ContainerStatuses = []v1.ContainerStatus{cs}
 	f.setReady(p, ready)
@@ -61,25 +75,21 @@ func (f *fixture) keptConfigMap() *v1.ConfigMap {
 	return cm
 }
 
-// The StatefulSet's configuration: its hash and the ConfigMap its pod mounts.
-func stsConfig(sts *appsv1.StatefulSet) (string, string) {
-	return sts.Spec.Template.Annotations[wellknown.SlurmConfigHashAnnotation],
-		sts.Spec.Template.Spec.Volumes[0].Projected.Sources[0].ConfigMap.Name
-}
-
 var (
 	runningCS = v1.ContainerStatus{State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}}
-	// Exited once: not yet a rejection (the kubelet retries it after 10 s).
-	exitedOnceCS = v1.ContainerStatus{State: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 1, Message: schedRejectedLog}}}
+	// Exited once: the kubelet starts it again after 10 s.
+	exitedOnceCS = v1.ContainerStatus{State: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 1, Message: schedRejectedLines}}}
 	// Exited again after a restart, waiting in back-off.
 	crashLoopCS = v1.ContainerStatus{RestartCount: 1,
 		State:                v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
-		LastTerminationState: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 1, Message: schedRejectedLog}}}
+		LastTerminationState: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 1, Message: schedRejectedLines}}}
 )
 
-// A configuration slurmctld refuses: recorded as rejected, slurmctld (and slurmrestd) put
-// back on the last applied one, with a condition saying why and one warning; the rejected
-// hash is not retried while the spec renders to it; a fixed spec is applied.
+// A configuration slurmctld refuses in place: its pod stays as it is (the StatefulSet is
+// not touched by configurations), slurmctld runs on the applied one, and the refusal its
+// script reports sets the condition with slurmctld's own lines and one warning; slurmrestd
+// reads the applied one meanwhile; the rejection is read again from the pod should the
+// status lose it; a fixed spec is applied in place too.
 func TestConfigRejectedBySlurmctld(t *testing.T) {
 	c := newCluster()
 	c.Spec.RestAPI = &slurmv1.RestAPISpec{}
@@ -91,57 +101,55 @@ func TestConfigRejectedBySlurmctld(t *testing.T) {
 	kept := f.keptConfigMap()
 	assert.Equal(t, good, kept.Annotations[wellknown.SlurmConfigHashAnnotation])
 	assert.Equal(t, f.configMap().Data, kept.Data)
+	assert.Equal(t, good, kept.Data[ConfigHashFile], "the script reads the hash from the files")
 	assert.True(t, metav1.IsControlledBy(kept, c))
+	sts := f.statefulSet().ResourceVersion
 
 	f.update(func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "SchedulerType=sched/nonexistent" })
+	f.events()
 	f.reconcile()
 	bad := f.cluster().Status.ConfigHash
 	require.NotEqual(t, good, bad)
-	h, cm := stsConfig(f.statefulSet())
-	assert.Equal(t, []string{bad, "slurm-slurm-config"}, []string{h, cm}, "slurmctld tries the new configuration")
+	assert.Equal(t, sts, f.statefulSet().ResourceVersion, "a new configuration leaves the StatefulSet as it is")
+	cond := condition(f.cluster(), slurmv1.ConditionConfigApplied)
+	assert.Equal(t, "slurmctld runs configuration "+good+"; it is told to read "+bad, cond.Message)
 
-	// One exit is not yet a rejection.
-	f.controllerPodOn(bad, false, exitedOnceCS)
+	// Its script tried it, and slurmctld refused it: rejected, slurmctld runs on.
+	refusal := map[string]string{wellknown.SlurmctldConfigAnnotation: good,
+		wellknown.SlurmctldRefusedConfigAnnotation: bad, wellknown.SlurmctldRefusedReasonAnnotation: schedRejectedLines}
+	f.controllerPodSays(refusal, true, runningCS)
 	f.events()
-	f.reconcile()
-	assert.Empty(t, f.cluster().Status.RejectedConfigHash)
-	assert.True(t, f.controllerPodExists())
-
-	// It exits again after its restart: rejected, back on the kept configuration.
-	f.controllerPodOn(bad, false, crashLoopCS)
 	f.reconcile()
 	c = f.cluster()
 	assert.Equal(t, bad, c.Status.RejectedConfigHash)
 	assert.Equal(t, good, c.Status.AppliedConfigHash)
 	assert.Equal(t, bad, c.Status.ConfigHash, "the ConfigMap keeps the spec's rendering")
-	cond := condition(c, slurmv1.ConditionConfigApplied)
+	cond = condition(c, slurmv1.ConditionConfigApplied)
 	assert.Equal(t, metav1.ConditionFalse, cond.Status)
 	assert.Equal(t, ReasonRejectedBySlurmctld, cond.Reason)
-	want := "slurmctld refused configuration " + bad + ": exit code 1: error: cannot create sched context for sched/nonexistent; " +
-		"error: failed to initialize sched plugin; fatal: Failed to initialize the various schedulers; it runs configuration " + good + " again until the spec changes"
+	want := "slurmctld refused configuration " + bad + ": error: cannot create sched context for sched/nonexistent; " +
+		"error: failed to initialize sched plugin; fatal: Failed to initialize the various schedulers; it runs configuration " + good + " until the spec changes"
 	assert.Equal(t, want, cond.Message)
 	assert.Equal(t, []string{"Warning SlurmConfigRejected " + want}, f.events())
-	h, cm = stsConfig(f.statefulSet())
-	assert.Equal(t, []string{good, "slurm-slurm-config-applied"}, []string{h, cm}, "slurmctld runs the kept configuration")
+	assert.Equal(t, sts, f.statefulSet().ResourceVersion)
+	assert.Equal(t, good, f.keptConfigMap().Data[ConfigHashFile], "the kept configuration is the one slurmctld runs")
 	d := &appsv1.Deployment{}
 	require.NoError(t, f.kube.Get(context.Background(), client.ObjectKey{Namespace: "hpc", Name: RestAPIName(c)}, d))
 	assert.Equal(t, good, d.Spec.Template.Annotations[wellknown.SlurmConfigHashAnnotation], "slurmrestd reads the slurm.conf slurmctld runs")
 	assert.Equal(t, "slurm-slurm-config-applied", d.Spec.Template.Spec.Volumes[0].ConfigMap.Name)
-	// The StatefulSet would not replace a pod that is not ready: the controller deletes it.
-	assert.False(t, f.controllerPodExists())
 
-	// No flapping: the rejected hash is not tried again, with the old pod back or not.
-	rv := f.statefulSet().ResourceVersion
+	// No flapping, and one event only.
 	f.reconcile()
-	f.controllerPodOn(good, true, runningCS)
-	f.reconcile()
-	c = f.cluster()
-	assert.Equal(t, rv, f.statefulSet().ResourceVersion)
-	assert.Equal(t, bad, c.Status.RejectedConfigHash)
-	assert.Equal(t, good, c.Status.AppliedConfigHash)
-	assert.Equal(t, want, condition(c, slurmv1.ConditionConfigApplied).Message)
+	assert.Equal(t, want, condition(f.cluster(), slurmv1.ConditionConfigApplied).Message)
 	assert.Empty(t, f.events())
-	assert.True(t, f.controllerPodExists(), "the pod on the kept configuration stays")
+
+	// A lost status write: the rejection is on the pod, and read again.
+	c = f.cluster()
+	c.Status.RejectedConfigHash = ""
+	require.NoError(t, f.kube.Status().Update(context.Background(), c))
+	f.reconcile()
+	assert.Equal(t, bad, f.cluster().Status.RejectedConfigHash)
+	f.events()
 
 	// A spec change that keeps the rendering (no new hash) keeps it rejected.
 	f.update(func(c *slurmv1.SlurmCluster) { c.Spec.LoginSets = nil })
@@ -150,98 +158,77 @@ func TestConfigRejectedBySlurmctld(t *testing.T) {
 	assert.Equal(t, bad, c.Status.RejectedConfigHash)
 	assert.Equal(t, c.Generation, condition(c, slurmv1.ConditionConfigApplied).ObservedGeneration)
 
-	// A fixed spec renders to a new hash: slurmctld runs it, and it is kept.
+	// A fixed spec renders to a new hash: slurmctld is told to read it, runs it, and it is kept.
 	f.update(func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "SchedulerType=sched/builtin" })
 	f.reconcile()
 	fixed := f.cluster().Status.ConfigHash
-	h, cm = stsConfig(f.statefulSet())
-	assert.Equal(t, []string{fixed, "slurm-slurm-config"}, []string{h, cm})
-	f.controllerPodOn(fixed, true, runningCS)
+	assert.Equal(t, ReasonControllerWaiting, condition(f.cluster(), slurmv1.ConditionConfigApplied).Reason)
+	refusal[wellknown.SlurmctldConfigAnnotation] = fixed
+	f.controllerPodSays(refusal, true, runningCS)
 	f.events()
 	f.reconcile()
 	c = f.cluster()
 	assert.Empty(t, c.Status.RejectedConfigHash)
 	assert.Equal(t, fixed, c.Status.AppliedConfigHash)
+	assert.NotNil(t, c.Status.LastReconfigureTime)
 	assert.Equal(t, metav1.ConditionTrue, condition(c, slurmv1.ConditionConfigApplied).Status)
 	assert.Equal(t, fixed, f.keptConfigMap().Annotations[wellknown.SlurmConfigHashAnnotation])
-	assert.Equal(t, []string{"Normal SlurmConfigApplied slurmctld pod slurm-controller-0 runs configuration " + fixed + ` (was "` + good + `")`}, f.events())
+	assert.Equal(t, []string{"Normal SlurmConfigApplied slurmctld (pod slurm-controller-0) runs configuration " + fixed + ` (was "` + good + `")`}, f.events())
+	assert.Equal(t, sts, f.statefulSet().ResourceVersion)
 }
 
-// The status write that records a rejection can be lost (a conflict) after the StatefulSet
-// went back to the kept configuration: the rejection is read back from the StatefulSet,
-// and slurmctld is not sent to the refused configuration again.
-func TestRejectionSurvivesALostStatusWrite(t *testing.T) {
-	f := newFixture(t, newCluster())
-	good := f.applyFirstConfig()
-	f.update(func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "SchedulerType=sched/nonexistent" })
-	f.reconcile()
-	before := f.cluster().Status
-	bad := before.ConfigHash
-	f.controllerPodOn(bad, false, crashLoopCS)
-	f.reconcile()
-	require.Equal(t, bad, f.cluster().Status.RejectedConfigHash)
-	assert.Equal(t, bad, f.statefulSet().Annotations[wellknown.SlurmRejectedConfigHashAnnotation])
-
-	// The status as it was before the rejection; the pod on the kept configuration is up.
-	c := f.cluster()
-	c.Status = before
-	require.NoError(t, f.kube.Status().Update(context.Background(), c))
-	f.controllerPodOn(good, true, runningCS)
-	rv := f.statefulSet().ResourceVersion
-	f.reconcile()
-	h, cm := stsConfig(f.statefulSet())
-	assert.Equal(t, []string{good, "slurm-slurm-config-applied"}, []string{h, cm}, "slurmctld stays on the kept configuration")
-	assert.Equal(t, rv, f.statefulSet().ResourceVersion)
-	c = f.cluster()
-	assert.Equal(t, bad, c.Status.RejectedConfigHash)
-	assert.Equal(t, ReasonRejectedBySlurmctld, condition(c, slurmv1.ConditionConfigApplied).Reason)
-	assert.True(t, f.controllerPodExists())
-
-	// A fixed spec is applied, and the StatefulSet no longer names a rejected configuration.
-	f.update(func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "" })
-	f.reconcile()
-	f.controllerPodOn(good, true, runningCS)
-	f.reconcile()
-	f.reconcile()
-	assert.Empty(t, f.cluster().Status.RejectedConfigHash)
-	assert.NotContains(t, f.statefulSet().Annotations, wellknown.SlurmRejectedConfigHashAnnotation)
-}
-
-// The first configuration rejected: nothing to return to. It is recorded and said; a fixed
-// spec replaces the failing pod (the StatefulSet would not).
+// The first configuration rejected: nothing to return to, slurmctld's pod fails. It is
+// recorded and said, and the pod is left to the kubelet: the next configuration reaches
+// its files, and slurmctld starts on it.
 func TestFirstConfigRejectedBySlurmctld(t *testing.T) {
 	c := newCluster()
 	c.Spec.ExtraConfig = "SchedulerType=sched/nonexistent"
 	f := newFixture(t, c)
 	f.reconcile()
 	bad := f.cluster().Status.ConfigHash
-	f.controllerPodOn(bad, false, crashLoopCS)
+	f.controllerPodSays(map[string]string{wellknown.SlurmctldConfigAnnotation: "",
+		wellknown.SlurmctldRefusedConfigAnnotation: bad, wellknown.SlurmctldRefusedReasonAnnotation: schedRejectedLines}, false, crashLoopCS)
 	f.reconcile()
 	c = f.cluster()
 	assert.Equal(t, bad, c.Status.RejectedConfigHash)
 	cond := condition(c, slurmv1.ConditionConfigApplied)
 	assert.Equal(t, ReasonRejectedBySlurmctld, cond.Reason)
-	assert.Contains(t, cond.Message, "there is no applied configuration to return to")
-	h, _ := stsConfig(f.statefulSet())
-	assert.Equal(t, bad, h)
-	assert.True(t, f.controllerPodExists(), "no other configuration to run: the pod stays")
+	assert.Contains(t, cond.Message, "fatal: Failed to initialize the various schedulers; it is not running, and starts again on the spec's next configuration")
+	assert.True(t, f.controllerPodExists())
 
 	f.update(func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "" })
 	f.reconcile()
-	h, _ = stsConfig(f.statefulSet())
-	assert.Equal(t, f.cluster().Status.ConfigHash, h)
-	assert.False(t, f.controllerPodExists(), "the pod failing on the old configuration is replaced")
+	fixed := f.cluster().Status.ConfigHash
+	assert.Equal(t, ReasonControllerWaiting, condition(f.cluster(), slurmv1.ConditionConfigApplied).Reason)
+	f.controllerPodOn(fixed, true, runningCS)
+	f.reconcile()
+	assert.Equal(t, fixed, f.cluster().Status.AppliedConfigHash)
+	assert.Empty(t, f.cluster().Status.RejectedConfigHash)
 }
 
-// The configuration slurmctld ran before is never rejected: its pod failing later is
-// something else (ControllerReady says so).
-func TestAppliedConfigNotRejected(t *testing.T) {
+// What slurmctld's pod says counts only while it is ready, and a refusal of the
+// configuration slurmctld already runs is stale: neither is taken.
+func TestStaleOutcomesAreNotTaken(t *testing.T) {
 	f := newFixture(t, newCluster())
 	good := f.applyFirstConfig()
-	f.controllerPodOn(good, false, crashLoopCS)
+	f.update(func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "SchedulerType=sched/builtin" })
 	f.reconcile()
-	assert.Empty(t, f.cluster().Status.RejectedConfigHash)
-	assert.True(t, f.controllerPodExists())
+	next := f.cluster().Status.ConfigHash
+	f.controllerPodOn(next, false, crashLoopCS)
+	f.reconcile()
+	c := f.cluster()
+	assert.Equal(t, good, c.Status.AppliedConfigHash, "not ready: not applied")
+	assert.Equal(t, "slurmctld pod slurm-controller-0 is not ready; it will run configuration "+next,
+		condition(c, slurmv1.ConditionConfigApplied).Message)
+
+	f.update(func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "" })
+	f.reconcile()
+	require.Equal(t, good, f.cluster().Status.ConfigHash)
+	f.controllerPodSays(map[string]string{wellknown.SlurmctldConfigAnnotation: good, wellknown.SlurmctldRefusedConfigAnnotation: good}, true, runningCS)
+	f.reconcile()
+	c = f.cluster()
+	assert.Empty(t, c.Status.RejectedConfigHash)
+	assert.Equal(t, metav1.ConditionTrue, condition(c, slurmv1.ConditionConfigApplied).Status)
 }
 
 func TestSlurmctldFailed(t *testing.T) {

@@ -45,8 +45,9 @@ func slurmKeyVolume(c *slurmv1.SlurmCluster, name string) v1.Volume {
 // runs CMD in the background, passes SIGTERM on, and every 5 s compares the key
 // files with those seen just before CMD started (before, so that a change while CMD starts
 // is not missed).
-// On a change, RELOAD=hup sends CMD SIGHUP: slurmctld and slurmd then re-execute
-// themselves in place (same PID, running jobs untouched) and read their keys again.
+// On a change, RELOAD=hup sends CMD SIGHUP: slurmd then re-executes itself in place (same
+// PID, running jobs untouched) and reads its keys again. (slurmctld has a script of its
+// own, slurmctldscript.go, which uses keysum and keysChanged.)
 // RELOAD=restart stops and starts CMD instead (sackd's SIGHUP hands over to a new
 // process, which would end the container; slurmdbd reads its keys only at start). It
 // ends with CMD's exit code. CMD is told where the key set is (SLURM_SACK_JWKS): a
@@ -96,9 +97,3 @@ supervise() {
   done
 }
 `
-
-// supervisedScript runs the daemon at path under supervise (keyWatchShell), with the key
-// files read from keyDir.
-func supervisedScript(keyDir, reload, path string) string {
-	return "KEY_DIR=" + keyDir + "\n" + keyWatchShell + "supervise " + reload + " " + path + ` "$@"` + "\n"
-}

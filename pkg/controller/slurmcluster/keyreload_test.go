@@ -46,6 +46,12 @@ func TestSlurmKeyProjections(t *testing.T) {
 	}
 }
 
+// supervisedScript runs the daemon at path under supervise (keyWatchShell), with the key
+// files read from keyDir, as the daemons' scripts do.
+func supervisedScript(keyDir, reload, path string) string {
+	return "KEY_DIR=" + keyDir + "\n" + keyWatchShell + "supervise " + reload + " " + path + ` "$@"` + "\n"
+}
+
 // fakeDaemon logs its starts and SIGHUPs, and ends with code 7 on SIGTERM. Its traps are
 // set before it says it started: a SIGHUP before them would end it.
 const fakeDaemon = `#!/bin/sh

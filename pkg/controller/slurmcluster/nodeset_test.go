@@ -43,7 +43,7 @@ func (f *fixture) controllerUp() {
 	sts := f.statefulSet()
 	sts.Status.ReadyReplicas, sts.Status.Replicas = 1, 1
 	require.NoError(f.t, f.kube.Status().Update(context.Background(), sts))
-	f.controllerPodOn(sts.Spec.Template.Annotations[wellknown.SlurmConfigHashAnnotation], true, v1.ContainerStatus{})
+	f.controllerPodOn(f.cluster().Status.ConfigHash, true, v1.ContainerStatus{})
 }
 
 // newWorkersFixture is a cluster of one Replicas-mode NodeSet "r" whose slurmctld is up,

@@ -19,6 +19,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -119,7 +120,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&appsv1.Deployment{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&v1.Pod{}).
-		// slurmctld's pod (the StatefulSet's): its exits on a new configuration.
+		Owns(&v1.ServiceAccount{}).
+		Owns(&rbacv1.Role{}).
+		Owns(&rbacv1.RoleBinding{}).
+		// slurmctld's pod (the StatefulSet's): its readiness, and the outcome of each
+		// configuration its script writes on it.
 		Watches(&v1.Pod{}, handler.EnqueueRequestsFromMapFunc(controllerPodCluster)).
 		// DaemonSet-mode NodeSets follow the nodes their selectors match.
 		// Their GPU counts (nodeSets[].gpus) come from the nodes' allocatable resources,
@@ -413,6 +418,7 @@ func fillConfigMap(cm *v1.ConfigMap, c *slurmv1.SlurmCluster, files slurmconf.Fi
 	}
 	cm.Annotations[wellknown.SlurmConfigHashAnnotation] = hash
 	cm.Data = maps.Clone(files)
+	cm.Data[ConfigHashFile] = hash
 	cm.BinaryData = nil
 }
 

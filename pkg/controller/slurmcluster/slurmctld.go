@@ -6,11 +6,15 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -32,6 +36,7 @@ const (
 	componentSlurmctld = "slurmctld"
 	stateVolume        = "state"
 	configVolume       = "config"
+	appliedVolume      = "applied-config"
 
 	ReasonControllerRunning = "Running"
 	ReasonControllerWaiting = "Waiting"
@@ -60,13 +65,9 @@ func componentLabels(c *slurmv1.SlurmCluster, component string) map[string]strin
 
 // ConfigVolume is the volume every Slurm daemon and client mounts at /etc/slurm: the rendered
 // files and both keys, readable by the slurm group alone.
-func ConfigVolume(c *slurmv1.SlurmCluster) v1.Volume { return configVolumeOf(c, ConfigMapName(c)) }
-
-// configVolumeOf is ConfigVolume with the files of ConfigMap cm (slurmctld's may be the kept
-// one, configapply.go).
-func configVolumeOf(c *slurmv1.SlurmCluster, cm string) v1.Volume {
+func ConfigVolume(c *slurmv1.SlurmCluster) v1.Volume {
 	jwtSecret, jwtKey := JWTKeySecret(c)
-	sources := []v1.VolumeProjection{{ConfigMap: &v1.ConfigMapProjection{LocalObjectReference: v1.LocalObjectReference{Name: cm}}}}
+	sources := []v1.VolumeProjection{{ConfigMap: &v1.ConfigMapProjection{LocalObjectReference: v1.LocalObjectReference{Name: ConfigMapName(c)}}}}
 	sources = append(sources, slurmKeyProjections(c)...)
 	sources = append(sources, v1.VolumeProjection{Secret: &v1.SecretProjection{LocalObjectReference: v1.LocalObjectReference{Name: jwtSecret},
 		Items: []v1.KeyToPath{{Key: jwtKey, Path: JWTKeyName}}}})
@@ -94,11 +95,12 @@ func controllerService(c *slurmv1.SlurmCluster, svc *v1.Service) {
 }
 
 // controllerStatefulSet fills slurmctld's StatefulSet: one pod, its state on a claim that
-// outlives the pod (a new pod after a kill finds the jobs it knew). The pod template carries
-// the configuration's hash, so a new configuration restarts slurmctld in place: it reads
-// its state back, and running jobs keep running (slurmd runs them). configMap holds the
-// files of configHash. The claim template is set on create only (it is immutable).
-func controllerStatefulSet(c *slurmv1.SlurmCluster, configMap, configHash string, sts *appsv1.StatefulSet) error {
+// outlives the pod (a new pod after a kill finds the jobs it knew). A new configuration
+// does not touch the template: slurmctld's script has slurmctld re-read it in place
+// (slurmctldscript.go), and the kept ConfigMap of the last one it ran is mounted beside it
+// to start from should the new one be refused. The claim template is set on create only
+// (it is immutable).
+func controllerStatefulSet(c *slurmv1.SlurmCluster, sts *appsv1.StatefulSet) error {
 	labels := componentLabels(c, componentSlurmctld)
 	image := c.Spec.Controller.Image
 	if image == "" {
@@ -110,21 +112,28 @@ func controllerStatefulSet(c *slurmv1.SlurmCluster, configMap, configHash string
 	sts.Spec.ServiceName = ControllerName(c)
 	sts.Spec.Selector = &metav1.LabelSelector{MatchLabels: labels}
 	sts.Spec.Template.Labels = labels
-	sts.Spec.Template.Annotations = map[string]string{wellknown.SlurmConfigHashAnnotation: configHash}
+	sts.Spec.Template.Annotations = nil
+	applied := v1.Volume{Name: appliedVolume, VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
+		LocalObjectReference: v1.LocalObjectReference{Name: AppliedConfigMapName(c)}, Optional: ptr(true), DefaultMode: ptr[int32](0o440),
+	}}}
 	sts.Spec.Template.Spec = v1.PodSpec{
 		SecurityContext: SlurmPodSecurity(),
+		// Its script writes the outcome of each configuration onto the pod.
+		ServiceAccountName: ControllerName(c),
 		// slurmctld saves its state on SIGTERM.
 		TerminationGracePeriodSeconds: ptr[int64](60),
 		Containers: []v1.Container{{
-			Name:  componentSlurmctld,
-			Image: image,
-			// Foreground, logging to stderr; it reads changed key files again (keyreload.go).
-			Command:   []string{"/bin/sh", "-c", supervisedScript(slurmconf.ConfigDir, "hup", "/usr/sbin/slurmctld"), "slurmctld"},
-			Args:      []string{"-D"},
+			Name:    componentSlurmctld,
+			Image:   image,
+			Command: []string{"/bin/sh", "-c", slurmctldScript(podSlurmctldPaths), "slurmctld"},
+			Env: []v1.EnvVar{
+				{Name: "POD_NAME", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+				{Name: "POD_NAMESPACE", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+			},
 			Ports:     []v1.ContainerPort{{Name: componentSlurmctld, ContainerPort: port}},
 			Resources: c.Spec.Controller.Resources,
-			// The end of its log becomes the termination message: why it refused a
-			// configuration goes into the ConfigApplied condition.
+			// The end of its log becomes the termination message: why it did not start
+			// goes into the ControllerReady condition.
 			TerminationMessagePolicy: v1.TerminationMessageFallbackToLogsOnError,
 			ReadinessProbe: &v1.Probe{
 				ProbeHandler:  v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromInt32(port)}},
@@ -132,12 +141,14 @@ func controllerStatefulSet(c *slurmv1.SlurmCluster, configMap, configHash string
 			},
 			VolumeMounts: []v1.VolumeMount{
 				{Name: configVolume, MountPath: slurmconf.ConfigDir, ReadOnly: true},
+				{Name: appliedVolume, MountPath: appliedConfigDir, ReadOnly: true},
 				{Name: stateVolume, MountPath: slurmconf.StateSaveDir},
-				{Name: "run", MountPath: "/run/slurmctld"},
+				{Name: "run", MountPath: podSlurmctldPaths.Run},
 			},
 		}},
 		Volumes: []v1.Volume{
-			configVolumeOf(c, configMap),
+			ConfigVolume(c),
+			applied,
 			{Name: "run", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
 		},
 	}
@@ -190,32 +201,19 @@ func (r *Reconciler) ensureController(ctx context.Context, c *slurmv1.SlurmClust
 	}); err != nil {
 		return false, fmt.Errorf("slurmctld Service %s: %w", svc.Name, err)
 	}
-	p, err := r.controllerPod(ctx, c)
-	if err != nil {
-		return false, err
-	}
-	rejectedOnStatefulSet(sts, status)
-	if err := r.checkRejected(ctx, c, status, p); err != nil {
-		return false, err
-	}
-	configMap, hash, err := r.servedConfig(ctx, c, status)
-	if err != nil {
+	if err := r.ensureControllerIdentity(ctx, c); err != nil {
 		return false, err
 	}
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, sts, func() error {
-		if err := controllerStatefulSet(c, configMap, hash, sts); err != nil {
+		if err := controllerStatefulSet(c, sts); err != nil {
 			return err
-		}
-		if status.RejectedConfigHash != "" {
-			metav1.SetMetaDataAnnotation(&sts.ObjectMeta, wellknown.SlurmRejectedConfigHashAnnotation, status.RejectedConfigHash)
-		} else {
-			delete(sts.Annotations, wellknown.SlurmRejectedConfigHashAnnotation)
 		}
 		return controllerutil.SetControllerReference(c, sts, r.Client.Scheme())
 	}); err != nil {
 		return false, fmt.Errorf("slurmctld StatefulSet %s: %w", sts.Name, err)
 	}
-	if err := r.replaceFailedController(ctx, c, p, hash); err != nil {
+	p, err := r.controllerPod(ctx, c)
+	if err != nil {
 		return false, err
 	}
 	poll, err := r.configApplied(ctx, c, status, p)
@@ -246,6 +244,40 @@ func (r *Reconciler) ensureController(ctx context.Context, c *slurmv1.SlurmClust
 	return poll, nil
 }
 
+// ensureControllerIdentity makes slurmctld's ServiceAccount and what it may do: read and
+// annotate its own pod (the outcome of each configuration, slurmctldscript.go), nothing
+// else.
+func (r *Reconciler) ensureControllerIdentity(ctx context.Context, c *slurmv1.SlurmCluster) error {
+	name := ControllerName(c)
+	labels := componentLabels(c, componentSlurmctld)
+	sa := &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name}}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name}}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name}}
+	for _, o := range []struct {
+		obj  client.Object
+		fill func()
+	}{
+		{sa, func() {}},
+		{role, func() {
+			role.Rules = []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"},
+				ResourceNames: []string{controllerPodName(c)}, Verbs: []string{"get", "patch"}}}
+		}},
+		{binding, func() {
+			binding.RoleRef = rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name}
+			binding.Subjects = []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: c.Namespace}}
+		}},
+	} {
+		if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, o.obj, func() error {
+			o.obj.SetLabels(labels)
+			o.fill()
+			return controllerutil.SetControllerReference(c, o.obj, r.Client.Scheme())
+		}); err != nil {
+			return fmt.Errorf("slurmctld's %T %s: %w", o.obj, name, err)
+		}
+	}
+	return nil
+}
+
 func keysReady(status *slurmv1.SlurmClusterStatus) bool {
 	return meta.IsStatusConditionTrue(status.Conditions, slurmv1.ConditionKeysReady)
 }
@@ -259,3 +291,19 @@ func ptrOr[T any](p *T, def T) T {
 	}
 	return *p
 }
+
+// CacheByObject limits the manager's cache of the kinds only SlurmClusters' objects are
+// read of (slurmctld's identity, ensureControllerIdentity) to those objects: a cluster has
+// many ServiceAccounts, Roles and RoleBindings that are none of kubeslurm's business.
+func CacheByObject() map[client.Object]cache.ByObject {
+	ours := cache.ByObject{Label: labels.SelectorFromSet(nil).Add(clusterLabelExists)}
+	return map[client.Object]cache.ByObject{&v1.ServiceAccount{}: ours, &rbacv1.Role{}: ours, &rbacv1.RoleBinding{}: ours}
+}
+
+var clusterLabelExists = func() labels.Requirement {
+	r, err := labels.NewRequirement(wellknown.SlurmClusterLabel, selection.Exists, nil)
+	if err != nil {
+		panic(err)
+	}
+	return *r
+}()

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -45,14 +46,35 @@ func TestControllerRunsFromRenderedConfig(t *testing.T) {
 	assert.Equal(t, DefaultControllerImage, ctr.Image)
 	assert.Equal(t, int32(6917), ctr.ReadinessProbe.TCPSocket.Port.IntVal)
 	assert.Equal(t, int64(SlurmUID), *pod.SecurityContext.RunAsUser)
-	// The configuration and both keys in /etc/slurm; the state on the claim.
+	// The configuration and both keys in /etc/slurm; the kept configuration beside it; the
+	// state on the claim.
 	proj := pod.Volumes[0].Projected
 	require.NotNil(t, proj)
 	assert.Equal(t, "slurm-slurm-config", proj.Sources[0].ConfigMap.Name)
 	assert.Equal(t, slurmKeyProjections(f.cluster()), proj.Sources[1:3], "the auth/slurm key and its optional key set")
 	assert.Equal(t, "slurm-jwt-key", proj.Sources[3].Secret.Name)
-	// slurmctld under the script that reloads changed keys.
-	assert.Equal(t, []string{"/bin/sh", "-c", supervisedScript("/etc/slurm", "hup", "/usr/sbin/slurmctld"), "slurmctld"}, ctr.Command)
+	assert.Equal(t, "slurm-slurm-config-applied", pod.Volumes[1].ConfigMap.Name)
+	assert.True(t, *pod.Volumes[1].ConfigMap.Optional, "none before slurmctld ran a configuration")
+	assert.Contains(t, ctr.VolumeMounts, v1.VolumeMount{Name: "applied-config", MountPath: "/etc/slurm-applied", ReadOnly: true})
+	// slurmctld under its script, which reports on the pod as the pod's ServiceAccount,
+	// allowed to read and annotate that pod alone.
+	assert.Equal(t, []string{"/bin/sh", "-c", slurmctldScript(podSlurmctldPaths), "slurmctld"}, ctr.Command)
+	assert.Empty(t, ctr.Args, "daemonized, not -D")
+	assert.Equal(t, "slurm-controller", pod.ServiceAccountName)
+	assert.Equal(t, "metadata.name", ctr.Env[0].ValueFrom.FieldRef.FieldPath)
+	assert.Empty(t, sts.Spec.Template.Annotations, "no configuration hash: a new configuration is no restart")
+	sa := &v1.ServiceAccount{}
+	require.NoError(t, f.kube.Get(context.Background(), client.ObjectKey{Namespace: "hpc", Name: "slurm-controller"}, sa))
+	assert.True(t, metav1.IsControlledBy(sa, f.cluster()))
+	role := &rbacv1.Role{}
+	require.NoError(t, f.kube.Get(context.Background(), client.ObjectKey{Namespace: "hpc", Name: "slurm-controller"}, role))
+	assert.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"},
+		ResourceNames: []string{"slurm-controller-0"}, Verbs: []string{"get", "patch"}}}, role.Rules)
+	binding := &rbacv1.RoleBinding{}
+	require.NoError(t, f.kube.Get(context.Background(), client.ObjectKey{Namespace: "hpc", Name: "slurm-controller"}, binding))
+	assert.Equal(t, "slurm-controller", binding.RoleRef.Name)
+	assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: "slurm-controller", Namespace: "hpc"}}, binding.Subjects)
+	assert.Equal(t, "slurm", binding.Labels[wellknown.SlurmClusterLabel], "labelled for the controller's cache")
 	require.Len(t, sts.Spec.VolumeClaimTemplates, 1)
 	assert.Equal(t, "1Gi", sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests.Storage().String())
 	assert.Contains(t, ctr.VolumeMounts, v1.VolumeMount{Name: "state", MountPath: "/var/spool/slurmctld"})
@@ -101,51 +123,43 @@ func TestControllerBadStateSize(t *testing.T) {
 	c := newCluster()
 	c.Spec.Controller.StateStorage.Size = "lots"
 	sts := &appsv1.StatefulSet{}
-	assert.ErrorContains(t, controllerStatefulSet(c, "cm", "h", sts), `controller.stateStorage.size "lots"`)
+	assert.ErrorContains(t, controllerStatefulSet(c, sts), `controller.stateStorage.size "lots"`)
 }
 
-// A new configuration restarts slurmctld through its pod template; ConfigApplied and
-// lastReconfigureTime follow the hash the running pod started with.
-func TestConfigAppliedByRestart(t *testing.T) {
+// A new configuration reaches slurmctld in place: ConfigApplied and lastReconfigureTime
+// follow what slurmctld's script reports on the ready pod, which stays the same pod.
+func TestConfigAppliedInPlace(t *testing.T) {
 	f := newFixture(t, newCluster())
 	f.reconcile()
 	hash := f.cluster().Status.ConfigHash
 	require.NotEmpty(t, hash)
-	assert.Equal(t, hash, f.statefulSet().Spec.Template.Annotations[wellknown.SlurmConfigHashAnnotation])
 	assert.Equal(t, metav1.ConditionFalse, condition(f.cluster(), slurmv1.ConditionConfigApplied).Status)
 
-	// The StatefulSet's pod, as kube-controller-manager makes it from the template, ready.
-	runPod := func(h string) {
-		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "hpc", Name: "slurm-controller-0",
-			Annotations: map[string]string{wellknown.SlurmConfigHashAnnotation: h}}}
-		_ = f.kube.Delete(context.Background(), p)
-		require.NoError(t, f.kube.Create(context.Background(), p))
-		f.setReady(p, true)
-	}
-	runPod(hash)
+	f.controllerPodOn(hash, true, runningCS)
 	f.events()
 	f.reconcile()
 	c := f.cluster()
 	assert.Equal(t, metav1.ConditionTrue, condition(c, slurmv1.ConditionConfigApplied).Status)
 	assert.Equal(t, hash, c.Status.AppliedConfigHash)
 	assert.Nil(t, c.Status.LastReconfigureTime, "the first configuration is no reconfigure")
-	assert.Contains(t, f.events(), "Normal SlurmConfigApplied slurmctld pod slurm-controller-0 runs configuration "+hash+` (was "")`)
+	assert.Contains(t, f.events(), "Normal SlurmConfigApplied slurmctld (pod slurm-controller-0) runs configuration "+hash+` (was "")`)
 
+	sts := f.statefulSet().ResourceVersion
 	f.update(func(c *slurmv1.SlurmCluster) { c.Spec.Partitions[0].MaxTime = "120" })
 	f.reconcile()
 	newHash := f.cluster().Status.ConfigHash
 	require.NotEqual(t, hash, newHash)
-	assert.Equal(t, newHash, f.statefulSet().Spec.Template.Annotations[wellknown.SlurmConfigHashAnnotation], "the template asks for a restart")
+	assert.Equal(t, sts, f.statefulSet().ResourceVersion, "the StatefulSet is not touched")
 	cond := condition(f.cluster(), slurmv1.ConditionConfigApplied)
 	assert.Equal(t, metav1.ConditionFalse, cond.Status)
-	assert.Equal(t, "slurmctld runs configuration "+hash+"; restarting it with "+newHash, cond.Message)
+	assert.Equal(t, "slurmctld runs configuration "+hash+"; it is told to read "+newHash, cond.Message)
 
-	runPod(newHash)
+	f.controllerPodOn(newHash, true, runningCS)
 	f.events()
 	f.reconcile()
 	c = f.cluster()
 	assert.Equal(t, metav1.ConditionTrue, condition(c, slurmv1.ConditionConfigApplied).Status)
 	assert.Equal(t, newHash, c.Status.AppliedConfigHash)
 	assert.NotNil(t, c.Status.LastReconfigureTime)
-	assert.Equal(t, []string{"Normal SlurmConfigApplied slurmctld pod slurm-controller-0 runs configuration " + newHash + ` (was "` + hash + `")`}, f.events())
+	assert.Equal(t, []string{"Normal SlurmConfigApplied slurmctld (pod slurm-controller-0) runs configuration " + newHash + ` (was "` + hash + `")`}, f.events())
 }

@@ -14,8 +14,8 @@ import (
 // each DaemonSet-mode worker in the block its Kubernetes node's annotation (which wins) or
 // labels name, Replicas-mode
 // workers (no node of their own) in the default block. Membership is by the file, so a
-// worker joining, leaving or relabelled (or re-annotated) changes the configuration (slurmctld restarts with
-// it, jobs kept). Nodes whose label is no usable block name are returned with why; they are
+// worker joining, leaving or relabelled (or re-annotated) changes the configuration (slurmctld reads it in
+// place, jobs kept). Nodes whose label is no usable block name are returned with why; they are
 // in the default block.
 func renderTopology(c *slurmv1.SlurmCluster, want []worker) ([]byte, []topology.NodeError, error) {
 	var nodes []topology.Node

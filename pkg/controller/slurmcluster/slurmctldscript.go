@@ -1,0 +1,182 @@
+package slurmcluster
+
+import (
+	"fmt"
+
+	"github.com/kubeslurm/kubeslurm/pkg/slurmconf"
+	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
+)
+
+// slurmctld takes a new configuration in place: its container's script (slurmctldShell)
+// copies the mounted files into a directory of its own, has slurmctld re-read them
+// (SIGHUP, as `scontrol reconfigure` does) and tells the controller the outcome on the pod's
+// annotations. slurmctld runs daemonized, not with -D: then a configuration it refuses
+// leaves it running on the one before ("Resuming operation, reconfigure failed."), where a
+// foreground slurmctld exits (docs/slurm-cluster.md, "Configuration changes").
+
+// ConfigHashFile is the rendered ConfigMap's file holding its hash (status.configHash):
+// slurmctld's script reports which configuration it runs by it.
+const ConfigHashFile = "kubeslurm-config-hash"
+
+// slurmctldPaths are where slurmctld's script finds its files.
+type slurmctldPaths struct {
+	// Conf holds the rendered files and the keys; Applied the files slurmctld last ran
+	// (the kept ConfigMap, maybe absent), to start from when Conf's are refused.
+	Conf, Applied string
+	// Run holds slurmctld's PID file, its log and the configuration it runs (Run/conf).
+	Run string
+	// Daemon is slurmctld; ServiceAccount the pod's token and CA.
+	Daemon, ServiceAccount string
+}
+
+// appliedConfigDir is where slurmctld's pod mounts the kept ConfigMap.
+const appliedConfigDir = "/etc/slurm-applied"
+
+var podSlurmctldPaths = slurmctldPaths{
+	Conf: slurmconf.ConfigDir, Applied: appliedConfigDir, Run: "/run/slurmctld",
+	Daemon: "/usr/sbin/slurmctld", ServiceAccount: "/var/run/secrets/kubernetes.io/serviceaccount",
+}
+
+// slurmctldScript is slurmctld's container script for paths p.
+func slurmctldScript(p slurmctldPaths) string {
+	return fmt.Sprintf("CONF=%s\nAPPLIED=%s\nRUN=%s\nDAEMON=%s\nSA=%s\nKEY_DIR=%s\nHASH_FILE=%s\n"+
+		"A_RUNNING=%s\nA_REFUSED=%s\nA_REASON=%s\n",
+		p.Conf, p.Applied, p.Run, p.Daemon, p.ServiceAccount, p.Conf, ConfigHashFile,
+		wellknown.SlurmctldConfigAnnotation, wellknown.SlurmctldRefusedConfigAnnotation, wellknown.SlurmctldRefusedReasonAnnotation) +
+		keyWatchShell + slurmctldShell
+}
+
+// slurmctldShell runs slurmctld on the configuration in $CONF, from a copy in $RUN/conf:
+//
+//   - start: slurmctld daemonizes (its foreground process exits 0 even when the
+//     configuration is fatal), so the start is judged by its log (`Running as primary
+//     controller`, or `fatal:`) and its PID file. A start that fails is tried once more
+//     5 s later (a passing cause: its host name not yet in DNS); failing again, the
+//     configuration is refused, and slurmctld starts on $APPLIED's if that is another
+//     one. Otherwise the script ends non-zero (the end of the log is the termination
+//     message) and the kubelet starts it again.
+//   - a change of $CONF's files (the same twice, 2 s apart: the kubelet writes them at once,
+//     the local pod runner one by one) is copied into $RUN/conf, and slurmctld is sent
+//     SIGHUP: a new slurmctld process in the PID file with `Running as primary controller`
+//     logged runs it; `reconfigure failed` logged means it refused it and runs on as it
+//     was, and the files before go back into $RUN/conf (a later SIGHUP, a key change's,
+//     must not read the refused ones).
+//   - a change of the keys sends SIGHUP too (keyWatchShell): slurmctld reads them again.
+//   - the outcome goes onto the pod's annotations ($A_RUNNING: the hash slurmctld runs;
+//     $A_REFUSED, $A_REASON: the last hash it refused and its error and fatal lines), with
+//     curl and the pod's service account token; retried every pass until it is taken.
+//   - SIGTERM is passed on; the script ends once slurmctld has (0), or when slurmctld
+//     ended by itself (1). The log, in $RUN, is followed onto stderr and emptied past
+//     64 MiB.
+const slurmctldShell = `WORK=$RUN/conf LOG=$RUN/slurmctld.log PIDFILE=$RUN/slurmctld.pid
+POLL=${CONFIG_POLL_SECONDS:-2}
+say() { echo "kubeslurm: $*" >&2; }
+conffiles() {
+  for f in "$1"/*; do
+    [ -f "$f" ] || continue
+    case ${f##*/} in slurm.key | slurm.jwks | jwt_hs256.key) ;; *) echo "$f" ;; esac
+  done
+}
+confsum() { for f in $(conffiles "$1"); do echo "${f##*/}"; cat "$f"; done | cksum; }
+hashOf() { cat "$1/$HASH_FILE" 2>/dev/null || echo unknown; }
+copyConf() {
+  rm -rf "$2"; mkdir -p "$2"
+  for f in $(conffiles "$1"); do cp "$f" "$2/"; done
+}
+install() {
+  copyConf "$1" "$WORK.new"
+  for k in slurm.key slurm.jwks jwt_hs256.key; do [ -e "$CONF/$k" ] && ln -s "$CONF/$k" "$WORK.new/$k"; done
+  rm -rf "$WORK"; mv "$WORK.new" "$WORK"
+}
+since() { tail -c +"$mark" "$LOG"; }
+failure() { since | grep -E 'error:|fatal:' | tail -n 5; }
+alive() { [ -n "$1" ] && kill -0 "$1" 2>/dev/null; }
+launch() {
+  rm -f "$PIDFILE"; mark=$(($(wc -c <"$LOG") + 1)); keys=$(keysum)
+  SLURM_SACK_JWKS=$CONF/slurm.jwks "$DAEMON" -f "$WORK/slurm.conf" -L "$LOG" || return 1
+  i=0
+  while :; do
+    since | grep -q 'Running as primary controller' && return 0
+    since | grep -q 'fatal:' && return 1
+    pid=$(cat "$PIDFILE" 2>/dev/null)
+    if [ -n "$pid" ]; then alive "$pid" || return 1; elif [ $i -ge 60 ]; then return 1; fi
+    i=$((i + 1)); sleep 0.5
+  done
+}
+reconfigure() {
+  old=$(cat "$PIDFILE" 2>/dev/null); mark=$(($(wc -c <"$LOG") + 1)); gone=0
+  kill -HUP "$old" 2>/dev/null || return 2
+  while :; do
+    sleep 0.5
+    since | grep -q 'reconfigure failed' && return 1
+    new=$(cat "$PIDFILE" 2>/dev/null)
+    [ "$new" != "$old" ] && alive "$new" && since | grep -q 'Running as primary controller' && return 0
+    if alive "$old" || alive "$new"; then gone=0; else gone=$((gone + 1)); [ $gone -ge 4 ] && return 2; fi
+  done
+}
+esc() { sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/[[:cntrl:]]/ /g' | awk 'NR > 1 { printf "\\n" } { printf "%s", $0 }'; }
+report() {
+  host=$KUBERNETES_SERVICE_HOST
+  case $host in *:*) host="[$host]" ;; esac
+  body=$(printf '{"metadata":{"annotations":{"%s":"%s","%s":"%s","%s":"%s"}}}' "$A_RUNNING" "$running" \
+    "$A_REFUSED" "$refused" "$A_REASON" "$(printf '%s' "$reason" | esc)")
+  if curl -sS --fail --max-time 10 --cacert "$SA/ca.crt" -H "Authorization: Bearer $(cat "$SA/token")" \
+    -H 'Content-Type: application/merge-patch+json' -X PATCH --data-binary "$body" \
+    "https://$host:$KUBERNETES_SERVICE_PORT/api/v1/namespaces/$POD_NAMESPACE/pods/$POD_NAME" >/dev/null; then
+    unreported=
+  else
+    unreported=1; say "pod $POD_NAMESPACE/$POD_NAME not annotated with slurmctld's configuration; again in ${POLL} s"
+  fi
+}
+refuse() {
+  refused=$1 reason=$(failure)
+  say "slurmctld refused configuration $1: $(echo "$reason" | tail -n 1)"
+}
+end() {
+  report; [ -n "$unreported" ] && { sleep 2; report; }
+  sleep 1; kill "$tailpid" 2>/dev/null; exit "$1"
+}
+stopping= running= refused= reason= unreported=
+trap 'stopping=1; kill -TERM "$(cat "$PIDFILE" 2>/dev/null)" 2>/dev/null' TERM INT
+mkdir -p "$RUN"; : >"$LOG"
+tail -F -n +1 "$LOG" >&2 2>/dev/null & tailpid=$!
+install "$CONF"; want=$(hashOf "$WORK"); tried=$(confsum "$CONF")
+if ! launch && ! { say "slurmctld did not start on configuration $want: trying again in ${START_RETRY_SECONDS:-5} s"; sleep "${START_RETRY_SECONDS:-5}"; launch; }; then
+  refuse "$want"
+  if [ -f "$APPLIED/slurm.conf" ] && [ "$(hashOf "$APPLIED")" != "$want" ]; then
+    install "$APPLIED"; say "starting slurmctld on configuration $(hashOf "$WORK"), the one it ran before"
+    launch || end 1
+  else
+    end 1
+  fi
+fi
+running=$(hashOf "$WORK"); report
+while :; do
+  sleep "$POLL" & wait $!
+  pid=$(cat "$PIDFILE" 2>/dev/null)
+  if ! alive "$pid"; then sleep 1; alive "$(cat "$PIDFILE" 2>/dev/null)" || break; fi
+  [ -n "$stopping" ] && continue
+  [ "$(wc -c <"$LOG")" -gt 67108864 ] && : >"$LOG"
+  [ -n "$unreported" ] && report
+  if keysChanged slurmctld hup; then
+    install "$WORK"; reconfigure; [ $? = 2 ] && break
+  fi
+  now=$(confsum "$CONF")
+  [ "$now" = "$tried" ] && continue
+  sleep "$POLL"
+  [ "$(confsum "$CONF")" = "$now" ] || continue
+  tried=$now; want=$(hashOf "$CONF")
+  copyConf "$WORK" "$WORK.prev"; install "$CONF"
+  say "slurmctld reconfigures with configuration $want"
+  reconfigure
+  case $? in
+    0) running=$want; say "slurmctld runs configuration $want" ;;
+    1) refuse "$want"; install "$WORK.prev" ;;
+    *) break ;;
+  esac
+  report
+done
+[ -n "$stopping" ] && end 0
+say "slurmctld ended"
+end 1
+`

@@ -1,0 +1,232 @@
+package slurmcluster
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kubeslurm/kubeslurm/pkg/wellknown"
+)
+
+// fakeSlurmctld behaves as slurmctld does toward its script (measured: docs/slurm-cluster.md):
+// started, it daemonizes (the foreground exits 0 whatever follows); a slurm.conf holding
+// "fatal" ends it at start with an error and a fatal line; otherwise it writes its PID file
+// (in $RUN, the parent of its configuration directory), logs the hash and key it read and
+// "Running as primary controller". On SIGHUP it reads its slurm.conf again: one holding
+// "refuse" is refused ("Resuming operation, reconfigure failed.", same process); another
+// is run by a new process that takes over the PID file, the old one ending. SIGTERM ends it.
+const fakeSlurmctld = `#!/bin/sh
+if [ "$FAKE_DAEMON" != 1 ]; then FAKE_DAEMON=1 "$0" "$@" >/dev/null 2>&1 & exit 0; fi
+conf=$2 log=$4
+dir=$(dirname "$conf"); pidfile=$(dirname "$dir")/slurmctld.pid
+if grep -q fatal "$conf"; then echo "[t] error: bad \"thing\" \\ here" >>"$log"; echo "[t] fatal: cannot start" >>"$log"; exit 1; fi
+hup= 
+trap 'hup=1' HUP
+trap 'echo "[t] terminated" >>"$log"; exit 0' TERM
+echo $$ >"$pidfile"
+echo "[t] started $(cat "$dir/kubeslurm-config-hash") key=$(cat "$dir/slurm.key")" >>"$log"
+echo "[t] Running as primary controller" >>"$log"
+while :; do
+  sleep 0.1
+  [ -n "$hup" ] || continue
+  hup=
+  echo "[t] Reconfigure signal (SIGHUP) received" >>"$log"
+  if grep -q refuse "$conf"; then
+    echo "[t] fatal: refused" >>"$log"; echo "[t] Resuming operation, reconfigure failed." >>"$log"
+  else
+    "$0" "$@" & exit 0
+  fi
+done
+`
+
+// fakeCurl keeps the body of each request (--data-binary) as a line of $RUN/../curl.log,
+// and fails while $RUN/../curl-fails exists.
+const fakeCurl = `#!/bin/sh
+top=$(dirname "$RUN")
+while [ $# -gt 0 ]; do [ "$1" = --data-binary ] && body=$2; shift; done
+[ -e "$top/curl-fails" ] && exit 22
+printf '%s\n' "$body" >>"$top/curl.log"
+`
+
+type slurmctldRun struct {
+	t                *testing.T
+	top, conf, apply string
+	cmd              *exec.Cmd
+	done             chan int
+}
+
+// writeConf writes dir's configuration: slurm.conf with content, its hash file and (if
+// key is not empty) slurm.key.
+func writeConf(t *testing.T, dir, content, hash, key string) {
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "slurm.conf"), []byte(content), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ConfigHashFile), []byte(hash), 0o644))
+	if key != "" {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "slurm.key"), []byte(key), 0o600))
+	}
+}
+
+// startSlurmctldScript runs slurmctld's script with fakeSlurmctld and fakeCurl, on
+// $top/etc/slurm (content, hash) and, if applied is not empty, $top/etc/slurm-applied.
+func startSlurmctldScript(t *testing.T, content, hash, applied, appliedHash string) *slurmctldRun {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP) // as startDaemonScript does
+	t.Cleanup(func() { signal.Reset(syscall.SIGHUP) })
+	top := t.TempDir()
+	r := &slurmctldRun{t: t, top: top, conf: filepath.Join(top, "etc/slurm"), apply: filepath.Join(top, "etc/slurm-applied"), done: make(chan int, 1)}
+	writeConf(t, r.conf, content, hash, "k1")
+	if applied != "" {
+		writeConf(t, r.apply, applied, appliedHash, "")
+	}
+	bin := filepath.Join(top, "bin")
+	require.NoError(t, os.MkdirAll(bin, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "slurmctld"), []byte(fakeSlurmctld), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "curl"), []byte(fakeCurl), 0o755))
+	paths := slurmctldPaths{Conf: r.conf, Applied: r.apply, Run: filepath.Join(top, "run"),
+		Daemon: filepath.Join(bin, "slurmctld"), ServiceAccount: filepath.Join(top, "sa")}
+	r.cmd = exec.Command("/bin/sh", "-c", slurmctldScript(paths), "slurmctld")
+	r.cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "RUN="+paths.Run,
+		"CONFIG_POLL_SECONDS=0.2", "START_RETRY_SECONDS=0.2", "POD_NAME=slurm-controller-0", "POD_NAMESPACE=hpc",
+		"KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT=6443")
+	stderr, err := os.Create(filepath.Join(top, "stderr"))
+	require.NoError(t, err)
+	defer stderr.Close()
+	r.cmd.Stderr = stderr
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(t, r.cmd.Start())
+	go func() {
+		_ = r.cmd.Wait()
+		r.done <- r.cmd.ProcessState.ExitCode()
+	}()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
+		if b, err := os.ReadFile(filepath.Join(r.top, "run/slurmctld.pid")); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+				_ = syscall.Kill(pid, syscall.SIGKILL) // the daemon left its group
+			}
+		}
+	})
+	return r
+}
+
+// reports are the annotations of every report the script made.
+func (r *slurmctldRun) reports() []map[string]string {
+	b, _ := os.ReadFile(filepath.Join(r.top, "curl.log"))
+	var out []map[string]string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if line == "" {
+			continue
+		}
+		var patch struct {
+			Metadata struct{ Annotations map[string]string } `json:"metadata"`
+		}
+		require.NoError(r.t, json.Unmarshal([]byte(line), &patch), "a JSON merge patch: %s", line)
+		out = append(out, patch.Metadata.Annotations)
+	}
+	return out
+}
+
+// waitReport waits for a report with slurmctld running running and the refused hash
+// refused, and returns it.
+func (r *slurmctldRun) waitReport(running, refused string) map[string]string {
+	var got map[string]string
+	require.Eventually(r.t, func() bool {
+		for _, a := range r.reports() {
+			if a[wellknown.SlurmctldConfigAnnotation] == running && a[wellknown.SlurmctldRefusedConfigAnnotation] == refused {
+				got = a
+				return true
+			}
+		}
+		return false
+	}, 15*time.Second, 50*time.Millisecond, "reports: %v\nstderr: %s", r.reports(), r.file("stderr"))
+	return got
+}
+
+func (r *slurmctldRun) file(name string) string {
+	b, _ := os.ReadFile(filepath.Join(r.top, name))
+	return string(b)
+}
+
+func (r *slurmctldRun) exited() int {
+	select {
+	case code := <-r.done:
+		return code
+	case <-time.After(15 * time.Second):
+		r.t.Fatalf("the script did not end; stderr: %s", r.file("stderr"))
+		return -1
+	}
+}
+
+// In place: a new configuration is read by slurmctld (a new process) and reported; one it
+// refuses is reported with its lines while it runs on, and the files before go back, so a
+// key change's SIGHUP reads those; a report the API server does not take is made again;
+// SIGTERM is passed on and the script ends 0.
+func TestSlurmctldScriptReconfiguresInPlace(t *testing.T) {
+	r := startSlurmctldScript(t, "ok", "h1", "", "")
+	first := r.waitReport("h1", "")
+	assert.Equal(t, "", first[wellknown.SlurmctldRefusedReasonAnnotation])
+
+	writeConf(t, r.conf, "ok again", "h2", "")
+	r.waitReport("h2", "")
+	assert.Contains(t, r.file("run/slurmctld.log"), "started h2 key=k1")
+	assert.Equal(t, "h2", r.file("run/conf/"+ConfigHashFile))
+
+	require.NoError(t, os.WriteFile(filepath.Join(r.top, "curl-fails"), nil, 0o644))
+	writeConf(t, r.conf, "refuse", "h3", "")
+	require.Eventually(t, func() bool { return strings.Contains(r.file("stderr"), "not annotated") }, 15*time.Second, 50*time.Millisecond)
+	require.NoError(t, os.Remove(filepath.Join(r.top, "curl-fails")))
+	refusal := r.waitReport("h2", "h3")
+	assert.Equal(t, "[t] fatal: refused", refusal[wellknown.SlurmctldRefusedReasonAnnotation])
+	assert.Equal(t, "h2", r.file("run/conf/"+ConfigHashFile), "the files slurmctld runs are back")
+	assert.Contains(t, r.file("stderr"), "slurmctld refused configuration h3: [t] fatal: refused")
+
+	// A key change: slurmctld reads the key again, with the configuration it runs.
+	require.NoError(t, os.WriteFile(filepath.Join(r.conf, "slurm.key"), []byte("k2"), 0o600))
+	require.Eventually(t, func() bool { return strings.Contains(r.file("run/slurmctld.log"), "started h2 key=k2") },
+		15*time.Second, 50*time.Millisecond, "log: %s", r.file("run/slurmctld.log"))
+	assert.NotContains(t, r.file("run/slurmctld.log"), "started h3")
+
+	require.NoError(t, r.cmd.Process.Signal(syscall.SIGTERM))
+	assert.Equal(t, 0, r.exited())
+	assert.Contains(t, r.file("run/slurmctld.log"), "[t] terminated")
+	assert.Contains(t, r.file("stderr"), "Running as primary controller", "the log is followed onto stderr")
+}
+
+// A configuration slurmctld cannot start on (twice): refused, and slurmctld starts on the
+// kept one, reported as running with the refusal and its lines (escaped into JSON); with
+// nothing kept, the script ends 1 after reporting the refusal. A later start on a good
+// configuration is reported too.
+func TestSlurmctldScriptStartRefused(t *testing.T) {
+	t.Run("kept configuration", func(t *testing.T) {
+		r := startSlurmctldScript(t, "fatal", "h3", "ok", "h1")
+		got := r.waitReport("h1", "h3")
+		assert.Equal(t, "[t] error: bad \"thing\" \\ here\n[t] fatal: cannot start", got[wellknown.SlurmctldRefusedReasonAnnotation])
+		assert.Equal(t, 2, strings.Count(r.file("run/slurmctld.log"), "fatal: cannot start"), "tried twice")
+		assert.Equal(t, "h1", r.file("run/conf/"+ConfigHashFile))
+
+		writeConf(t, r.conf, "ok", "h4", "")
+		r.waitReport("h4", "h3")
+		require.NoError(t, r.cmd.Process.Signal(syscall.SIGTERM))
+		assert.Equal(t, 0, r.exited())
+	})
+	t.Run("nothing kept", func(t *testing.T) {
+		r := startSlurmctldScript(t, "fatal", "h3", "", "")
+		assert.Equal(t, 1, r.exited())
+		got := r.waitReport("", "h3")
+		assert.Contains(t, got[wellknown.SlurmctldRefusedReasonAnnotation], "fatal: cannot start")
+	})
+	t.Run("kept configuration is the refused one", func(t *testing.T) {
+		r := startSlurmctldScript(t, "fatal", "h3", "fatal", "h3")
+		assert.Equal(t, 1, r.exited())
+		r.waitReport("", "h3")
+	})
+}
