@@ -215,6 +215,10 @@ func (r *Reconciler) configApplied(ctx context.Context, c *slurmv1.SlurmCluster,
 			fmt.Sprintf("slurmctld runs configuration %s; it is told to read %s", running, status.ConfigHash))
 		// The script sees the new files within seconds of the kubelet writing them.
 		return true, nil
+	case p != nil && p.DeletionTimestamp == nil && isReady(p):
+		setCondition(status, c.Generation, slurmv1.ConditionConfigApplied, metav1.ConditionFalse, ReasonControllerWaiting,
+			fmt.Sprintf("slurmctld pod %s has not said which configuration slurmctld runs yet (its annotation %s)",
+				name, wellknown.SlurmctldConfigAnnotation))
 	default:
 		setCondition(status, c.Generation, slurmv1.ConditionConfigApplied, metav1.ConditionFalse, ReasonControllerWaiting,
 			fmt.Sprintf("slurmctld pod %s is not ready; it will run configuration %s", name, status.ConfigHash))

@@ -221,6 +221,12 @@ func TestStaleOutcomesAreNotTaken(t *testing.T) {
 	assert.Equal(t, "slurmctld pod slurm-controller-0 is not ready; it will run configuration "+next,
 		condition(c, slurmv1.ConditionConfigApplied).Message)
 
+	// Ready, but its script has not reported yet (a new pod).
+	f.controllerPodSays(nil, true, runningCS)
+	f.reconcile()
+	assert.Contains(t, condition(f.cluster(), slurmv1.ConditionConfigApplied).Message, "has not said which configuration slurmctld runs yet")
+	assert.Equal(t, good, f.cluster().Status.AppliedConfigHash)
+
 	f.update(func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "" })
 	f.reconcile()
 	require.Equal(t, good, f.cluster().Status.ConfigHash)
