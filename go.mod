@@ -39,6 +39,7 @@ replace (
 
 require (
 	github.com/SlinkyProject/slurm-client v1.2.1
+	github.com/cyphar/filepath-securejoin v0.6.1
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/moby/sys/mountinfo v0.7.2
 	github.com/prometheus/client_golang v1.23.2
@@ -92,7 +93,6 @@ require (
 	github.com/coreos/go-oidc v2.5.0+incompatible // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
-	github.com/cyphar/filepath-securejoin v0.6.1 // indirect
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/distribution/reference v0.6.0 // indirect
 	github.com/docker/go-units v0.5.0 // indirect

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 
+	securejoin "github.com/cyphar/filepath-securejoin"
 	"golang.org/x/sys/unix"
 )
 
@@ -134,7 +135,13 @@ func execMain(args []string) error {
 		sys := []bind{{Src: "/proc", Dst: "/proc"}, {Src: "/dev", Dst: "/dev"}, {Src: "/sys", Dst: "/sys"}}
 		binds = append(sys, binds...)
 		for i := range binds {
-			binds[i].Dst = filepath.Join(root, binds[i].Dst)
+			// Resolved inside the root: a symbolic link on the path there (the root's
+			// /var/run is one, to /run) names a place in the root, not on the host.
+			dst, err := securejoin.SecureJoin(root, binds[i].Dst)
+			if err != nil {
+				return fmt.Errorf("mount point %s in %s: %w", binds[i].Dst, root, err)
+			}
+			binds[i].Dst = dst
 		}
 	}
 	for _, b := range binds {
