@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -93,7 +94,9 @@ func TestSlurmClusterKeysAndConfig(t *testing.T) {
 	require.NotNil(t, cm)
 	want, err := slurmconf.Render(c, slurmconf.WithJWKS(controllerIdentity(t).JWKS()))
 	require.NoError(t, err)
-	assert.Equal(t, map[string]string(want), cm.Data, "the ConfigMap holds the spec as the API server returns it, rendered")
+	wantData := maps.Clone(map[string]string(want))
+	wantData[slurmcluster.ConfigHashFile] = want.Hash() // for slurmctld's script
+	assert.Equal(t, wantData, cm.Data, "the ConfigMap holds the spec as the API server returns it, rendered")
 	conf := cm.Data["slurm.conf"]
 	for _, line := range []string{
 		"ClusterName=example", "SlurmctldHost=slurm-controller-0(slurm-controller." + ns + ".svc)",
