@@ -81,24 +81,31 @@ type daemonRun struct {
 // startDaemonScript writes daemon into a temporary directory and starts script(dir, daemon)
 // (the key files in dir) with extraPath first on PATH.
 func startDaemonScript(t *testing.T, daemon string, script func(dir, daemon string) string, extraPath string) *daemonRun {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "daemon")
+	require.NoError(t, os.WriteFile(path, []byte(daemon), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "slurm.key"), []byte("old"), 0o600))
+	env := []string{"LOG=" + filepath.Join(dir, "log"), "KEY_WATCH_SECONDS=0.2", "DRAIN_POLL_SECONDS=0.2"}
+	if extraPath != "" {
+		env = append(env, "PATH="+extraPath+":"+os.Getenv("PATH"))
+	}
+	return startScript(t, dir, script(dir, path), env, "daemon", "-D")
+}
+
+// startScript runs script with /bin/sh, its $0 and arguments args, in a process group of
+// its own, with env added to the environment and its standard error in dir/stderr.
+func startScript(t *testing.T, dir, script string, env []string, args ...string) *daemonRun {
 	// Under nohup (a `make test` may run so) SIGHUP is ignored, children inherit that, and
 	// a shell cannot trap a signal ignored when it started. Handled here, it starts at its
 	// default in the children.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
 	t.Cleanup(func() { signal.Reset(syscall.SIGHUP) })
-	dir := t.TempDir()
-	path := filepath.Join(dir, "daemon")
-	require.NoError(t, os.WriteFile(path, []byte(daemon), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "slurm.key"), []byte("old"), 0o600))
-	cmd := exec.Command("/bin/sh", "-c", script(dir, path), "daemon", "-D")
-	cmd.Env = append(os.Environ(), "LOG="+filepath.Join(dir, "log"), "KEY_WATCH_SECONDS=0.2", "DRAIN_POLL_SECONDS=0.2")
+	cmd := exec.Command("/bin/sh", append([]string{"-c", script}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
 	stderr, err := os.Create(filepath.Join(dir, "stderr"))
 	require.NoError(t, err)
 	defer stderr.Close() // the process has its own descriptor
 	cmd.Stderr = stderr
-	if extraPath != "" {
-		cmd.Env = append(cmd.Env, "PATH="+extraPath+":"+os.Getenv("PATH"))
-	}
 	// A group of its own: the cleanup ends the daemon too, should the script not have.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	require.NoError(t, cmd.Start())

@@ -3,8 +3,6 @@ package slurmcluster
 import (
 	"encoding/json"
 	"os"
-	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -58,11 +56,11 @@ while [ $# -gt 0 ]; do [ "$1" = --data-binary ] && body=$2; shift; done
 printf '%s\n' "$body" >>"$top/curl.log"
 `
 
+// slurmctldRun is slurmctld's script run by startSlurmctldScript in dir (daemonRun's),
+// with its configuration in conf and the kept one in apply.
 type slurmctldRun struct {
-	t                *testing.T
-	top, conf, apply string
-	cmd              *exec.Cmd
-	done             chan int
+	*daemonRun
+	conf, apply string
 }
 
 // writeConf writes dir's configuration: slurm.conf with content, its hash file and (if
@@ -79,10 +77,8 @@ func writeConf(t *testing.T, dir, content, hash, key string) {
 // startSlurmctldScript runs slurmctld's script with fakeSlurmctld and fakeCurl, on
 // $top/etc/slurm (content, hash) and, if applied is not empty, $top/etc/slurm-applied.
 func startSlurmctldScript(t *testing.T, content, hash, applied, appliedHash string) *slurmctldRun {
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP) // as startDaemonScript does
-	t.Cleanup(func() { signal.Reset(syscall.SIGHUP) })
 	top := t.TempDir()
-	r := &slurmctldRun{t: t, top: top, conf: filepath.Join(top, "etc/slurm"), apply: filepath.Join(top, "etc/slurm-applied"), done: make(chan int, 1)}
+	r := &slurmctldRun{conf: filepath.Join(top, "etc/slurm"), apply: filepath.Join(top, "etc/slurm-applied")}
 	writeConf(t, r.conf, content, hash, "k1")
 	if applied != "" {
 		writeConf(t, r.apply, applied, appliedHash, "")
@@ -93,25 +89,13 @@ func startSlurmctldScript(t *testing.T, content, hash, applied, appliedHash stri
 	require.NoError(t, os.WriteFile(filepath.Join(bin, "curl"), []byte(fakeCurl), 0o755))
 	paths := slurmctldPaths{Conf: r.conf, Applied: r.apply, Run: filepath.Join(top, "run"),
 		Daemon: filepath.Join(bin, "slurmctld"), ServiceAccount: filepath.Join(top, "sa")}
-	r.cmd = exec.Command("/bin/sh", "-c", slurmctldScript(paths), "slurmctld")
-	r.cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "RUN="+paths.Run,
+	r.daemonRun = startScript(t, top, slurmctldScript(paths), []string{"PATH=" + bin + ":" + os.Getenv("PATH"), "RUN=" + paths.Run,
 		"CONFIG_POLL_SECONDS=0.2", "START_RETRY_SECONDS=0.2", "POD_NAME=slurm-controller-0", "POD_NAMESPACE=hpc",
-		"KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT=6443")
-	stderr, err := os.Create(filepath.Join(top, "stderr"))
-	require.NoError(t, err)
-	defer stderr.Close()
-	r.cmd.Stderr = stderr
-	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	require.NoError(t, r.cmd.Start())
-	go func() {
-		_ = r.cmd.Wait()
-		r.done <- r.cmd.ProcessState.ExitCode()
-	}()
-	t.Cleanup(func() {
-		_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
-		if b, err := os.ReadFile(filepath.Join(r.top, "run/slurmctld.pid")); err == nil {
+		"KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT=6443"}, "slurmctld")
+	t.Cleanup(func() { // the daemon left the script's group
+		if b, err := os.ReadFile(filepath.Join(paths.Run, "slurmctld.pid")); err == nil {
 			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
-				_ = syscall.Kill(pid, syscall.SIGKILL) // the daemon left its group
+				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
 	})
@@ -120,7 +104,7 @@ func startSlurmctldScript(t *testing.T, content, hash, applied, appliedHash stri
 
 // reports are the annotations of every report the script made.
 func (r *slurmctldRun) reports() []map[string]string {
-	b, _ := os.ReadFile(filepath.Join(r.top, "curl.log"))
+	b, _ := os.ReadFile(filepath.Join(r.dir, "curl.log"))
 	var out []map[string]string
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		if line == "" {
@@ -147,23 +131,13 @@ func (r *slurmctldRun) waitReport(running, refused string) map[string]string {
 			}
 		}
 		return false
-	}, 15*time.Second, 50*time.Millisecond, "reports: %v\nstderr: %s", r.reports(), r.file("stderr"))
+	}, 15*time.Second, 50*time.Millisecond, "reports: %v\nstderr: %s", r.reports(), r.stderr())
 	return got
 }
 
 func (r *slurmctldRun) file(name string) string {
-	b, _ := os.ReadFile(filepath.Join(r.top, name))
+	b, _ := os.ReadFile(filepath.Join(r.dir, name))
 	return string(b)
-}
-
-func (r *slurmctldRun) exited() int {
-	select {
-	case code := <-r.done:
-		return code
-	case <-time.After(15 * time.Second):
-		r.t.Fatalf("the script did not end; stderr: %s", r.file("stderr"))
-		return -1
-	}
 }
 
 // In place: a new configuration is read by slurmctld (a new process) and reported; one it
@@ -180,14 +154,14 @@ func TestSlurmctldScriptReconfiguresInPlace(t *testing.T) {
 	assert.Contains(t, r.file("run/slurmctld.log"), "started h2 key=k1")
 	assert.Equal(t, "h2", r.file("run/conf/"+ConfigHashFile))
 
-	require.NoError(t, os.WriteFile(filepath.Join(r.top, "curl-fails"), nil, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(r.dir, "curl-fails"), nil, 0o644))
 	writeConf(t, r.conf, "refuse", "h3", "")
-	require.Eventually(t, func() bool { return strings.Contains(r.file("stderr"), "not annotated") }, 15*time.Second, 50*time.Millisecond)
-	require.NoError(t, os.Remove(filepath.Join(r.top, "curl-fails")))
+	require.Eventually(t, func() bool { return strings.Contains(r.stderr(), "not annotated") }, 15*time.Second, 50*time.Millisecond)
+	require.NoError(t, os.Remove(filepath.Join(r.dir, "curl-fails")))
 	refusal := r.waitReport("h2", "h3")
 	assert.Equal(t, "[t] fatal: refused", refusal[wellknown.SlurmctldRefusedReasonAnnotation])
 	assert.Equal(t, "h2", r.file("run/conf/"+ConfigHashFile), "the files slurmctld runs are back")
-	assert.Contains(t, r.file("stderr"), "slurmctld refused configuration h3: [t] fatal: refused")
+	assert.Contains(t, r.stderr(), "slurmctld refused configuration h3: [t] fatal: refused")
 
 	// A key change: slurmctld reads the key again, with the configuration it runs.
 	require.NoError(t, os.WriteFile(filepath.Join(r.conf, "slurm.key"), []byte("k2"), 0o600))
@@ -198,7 +172,7 @@ func TestSlurmctldScriptReconfiguresInPlace(t *testing.T) {
 	require.NoError(t, r.cmd.Process.Signal(syscall.SIGTERM))
 	assert.Equal(t, 0, r.exited())
 	assert.Contains(t, r.file("run/slurmctld.log"), "[t] terminated")
-	assert.Contains(t, r.file("stderr"), "Running as primary controller", "the log is followed onto stderr")
+	assert.Contains(t, r.stderr(), "Running as primary controller", "the log is followed onto stderr")
 }
 
 // A configuration slurmctld cannot start on (twice): refused, and slurmctld starts on the
