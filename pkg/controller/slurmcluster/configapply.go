@@ -170,12 +170,14 @@ func failureLines(log string) string {
 // refused. It reports whether to look again soon.
 func (r *Reconciler) configApplied(ctx context.Context, c *slurmv1.SlurmCluster, status *slurmv1.SlurmClusterStatus, p *v1.Pod) (bool, error) {
 	name := controllerPodName(c)
+	live := p != nil && p.DeletionTimestamp == nil
+	ready := live && isReady(p)
 	running, refused, reason := "", "", ""
-	if p != nil && p.DeletionTimestamp == nil {
+	if live {
 		refused, reason = p.Annotations[wellknown.SlurmctldRefusedConfigAnnotation], p.Annotations[wellknown.SlurmctldRefusedReasonAnnotation]
-		if isReady(p) {
-			running = p.Annotations[wellknown.SlurmctldConfigAnnotation]
-		}
+	}
+	if ready {
+		running = p.Annotations[wellknown.SlurmctldConfigAnnotation]
 	}
 	switch {
 	case running != "" && running == status.ConfigHash:
@@ -213,9 +215,8 @@ func (r *Reconciler) configApplied(ctx context.Context, c *slurmv1.SlurmCluster,
 	case running != "":
 		setCondition(status, c.Generation, slurmv1.ConditionConfigApplied, metav1.ConditionFalse, ReasonControllerWaiting,
 			fmt.Sprintf("slurmctld runs configuration %s; it is told to read %s", running, status.ConfigHash))
-		// The script sees the new files within seconds of the kubelet writing them.
-		return true, nil
-	case p != nil && p.DeletionTimestamp == nil && isReady(p):
+		// No poll: the script's report changes the pod, whose watch queues the cluster.
+	case ready:
 		setCondition(status, c.Generation, slurmv1.ConditionConfigApplied, metav1.ConditionFalse, ReasonControllerWaiting,
 			fmt.Sprintf("slurmctld pod %s has not said which configuration slurmctld runs yet (its annotation %s)",
 				name, wellknown.SlurmctldConfigAnnotation))

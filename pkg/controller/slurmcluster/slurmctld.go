@@ -296,7 +296,7 @@ func ptrOr[T any](p *T, def T) T {
 // read of (slurmctld's identity, ensureControllerIdentity) to those objects: a cluster has
 // many ServiceAccounts, Roles and RoleBindings that are none of kubeslurm's business.
 func CacheByObject() map[client.Object]cache.ByObject {
-	ours := cache.ByObject{Label: labels.SelectorFromSet(nil).Add(clusterLabelExists)}
+	ours := cache.ByObject{Label: labels.NewSelector().Add(clusterLabelExists)}
 	return map[client.Object]cache.ByObject{&v1.ServiceAccount{}: ours, &rbacv1.Role{}: ours, &rbacv1.RoleBinding{}: ours}
 }
 
