@@ -561,11 +561,6 @@ type SlurmClusterStatus struct {
 	// Cleared once slurmctld runs ConfigHash.
 	// +optional
 	RejectedConfigHash string `json:"rejectedConfigHash,omitempty"`
-	// WorkersConfigHash is the configuration slurmctld last sent every slurmd (scontrol
-	// reconfigure, through slurmrestd): configless workers fetch it only when they start or
-	// are told.
-	// +optional
-	WorkersConfigHash string `json:"workersConfigHash,omitempty"`
 	// LastReconfigureTime is when slurmctld last took a new configuration.
 	// +optional
 	LastReconfigureTime *metav1.Time `json:"lastReconfigureTime,omitempty"`

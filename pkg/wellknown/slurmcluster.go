@@ -40,11 +40,9 @@ const (
 	EventSlurmLoginNotReady = "SlurmLoginNotReady"
 	// EventSlurmConfigApplied: slurmctld runs a new configuration.
 	EventSlurmConfigApplied = "SlurmConfigApplied"
-	// EventSlurmConfigRejected (warning): slurmctld exited on a new configuration; it runs
-	// the last applied one again.
+	// EventSlurmConfigRejected (warning): slurmctld refused a new configuration; it runs
+	// the last applied one.
 	EventSlurmConfigRejected = "SlurmConfigRejected"
-	// EventSlurmWorkersReconfigured: slurmctld sent its new configuration to every slurmd.
-	EventSlurmWorkersReconfigured = "SlurmWorkersReconfigured"
 	// EventSlurmWorkerRemoved: a slurmd worker pod was deleted (scale-in, node gone, update).
 	EventSlurmWorkerRemoved = "SlurmWorkerRemoved"
 	// EventSlurmWorkerNotRegistered (warning): a worker's slurmd ran while Slurm had no node

@@ -103,9 +103,6 @@ func (r *Reconciler) observeSlurm(ctx context.Context, c *slurmv1.SlurmCluster, 
 		log.FromContext(ctx).Info("cannot read the cluster's Slurm nodes; status.nodes kept", "err", err.Error())
 		return true
 	}
-	if err := r.tellWorkers(ctx, c, sc, status); err != nil {
-		log.FromContext(ctx).Info("cannot send the new configuration to the workers; tried again at the next pass", "err", err.Error())
-	}
 	// One list of the worker pods for pruning and busy labels; without it, neither (fail
 	// closed: unknown pods are not absent ones).
 	pods, err := r.listWorkerPods(ctx, c)

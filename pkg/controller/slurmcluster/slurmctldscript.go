@@ -55,6 +55,9 @@ func slurmctldScript(p slurmctldPaths) string {
 //     configuration is refused, and slurmctld starts on $APPLIED's if that is another
 //     one. Otherwise the script ends non-zero (the end of the log is the termination
 //     message) and the kubelet starts it again.
+//   - a start on another configuration than $APPLIED's (the last one slurmctld ran, so the
+//     one its configless workers were last sent) is followed by a SIGHUP: slurmctld's
+//     reconfigure sends the workers the new one, which its start does not.
 //   - a change of $CONF's files (the same twice, 2 s apart: the kubelet writes them at once,
 //     the local pod runner one by one) is copied into $RUN/conf, and slurmctld is sent
 //     SIGHUP: a new slurmctld process in the PID file with `Running as primary controller`
@@ -151,6 +154,16 @@ if ! launch && ! { say "slurmctld did not start on configuration $want: trying a
   fi
 fi
 running=$(hashOf "$WORK"); report
+# Started on another configuration than the kept one (the last one slurmctld ran, so the
+# one the workers were last sent): a reconfigure sends them this one.
+if [ -f "$APPLIED/slurm.conf" ] && [ "$(hashOf "$APPLIED")" != "$running" ]; then
+  say "slurmctld started on configuration $running, the workers were sent $(hashOf "$APPLIED"): reconfiguring to send them $running"
+  reconfigure
+  case $? in
+    0) say "slurmctld sent configuration $running to the workers" ;;
+    1) say "slurmctld refused to reconfigure on configuration $running, which it runs: the workers keep theirs" ;;
+  esac
+fi
 while :; do
   sleep "$POLL" & wait $!
   pid=$(cat "$PIDFILE" 2>/dev/null)

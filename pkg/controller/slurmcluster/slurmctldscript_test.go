@@ -186,6 +186,7 @@ func TestSlurmctldScriptStartRefused(t *testing.T) {
 		assert.Equal(t, "[t] error: bad \"thing\" \\ here\n[t] fatal: cannot start", got[wellknown.SlurmctldRefusedReasonAnnotation])
 		assert.Equal(t, 2, strings.Count(r.file("run/slurmctld.log"), "fatal: cannot start"), "tried twice")
 		assert.Equal(t, "h1", r.file("run/conf/"+ConfigHashFile))
+		assert.NotContains(t, r.stderr(), "to the workers", "started on the kept configuration: nothing to send")
 
 		writeConf(t, r.conf, "ok", "h4", "")
 		r.waitReport("h4", "h3")
@@ -202,5 +203,30 @@ func TestSlurmctldScriptStartRefused(t *testing.T) {
 		r := startSlurmctldScript(t, "fatal", "h3", "fatal", "h3")
 		assert.Equal(t, 1, r.exited())
 		r.waitReport("", "h3")
+	})
+}
+
+// A start on another configuration than the kept one is followed by one reconfigure (it
+// sends the configless workers the new configuration; the start does not); a start on the
+// kept one is not, so the only reconfigure logged is a later change's.
+func TestSlurmctldScriptStartOnNewConfigurationReconfigures(t *testing.T) {
+	reconfigures := func(r *slurmctldRun) int {
+		return strings.Count(r.file("run/slurmctld.log"), "Reconfigure signal (SIGHUP) received")
+	}
+	t.Run("new configuration", func(t *testing.T) {
+		r := startSlurmctldScript(t, "ok", "h2", "ok before", "h1")
+		r.waitReport("h2", "")
+		require.Eventually(t, func() bool { return strings.Contains(r.stderr(), "slurmctld sent configuration h2 to the workers") },
+			15*time.Second, 50*time.Millisecond, "stderr: %s", r.stderr())
+		assert.Equal(t, 1, reconfigures(r))
+		assert.Equal(t, 2, strings.Count(r.file("run/slurmctld.log"), "started h2"), "a new process read it again")
+	})
+	t.Run("kept configuration", func(t *testing.T) {
+		r := startSlurmctldScript(t, "ok", "h1", "ok", "h1")
+		r.waitReport("h1", "")
+		writeConf(t, r.conf, "ok again", "h2", "")
+		r.waitReport("h2", "")
+		assert.Equal(t, 1, reconfigures(r), "the change's reconfigure alone")
+		assert.NotContains(t, r.stderr(), "to the workers")
 	})
 }
