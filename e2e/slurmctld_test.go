@@ -504,6 +504,52 @@ func rejectedByCtld(t *testing.T, c *slurmv1.SlurmCluster, update func(func(*slu
 	assert.Equal(t, ctld.UID, now.UID, "applied in place")
 }
 
+// Issue 5: a cluster whose first configuration slurmctld refuses has nothing to run
+// instead. The refusal is told in slurmctld's words, its pod waits (not ready, its
+// container not restarted), and a fixed spec starts slurmctld within seconds, without a
+// kubelet back-off.
+func TestSlurmClusterFirstConfigurationRefused(t *testing.T) {
+	ctx := context.Background()
+	startPodRunner(t)
+	ns := namespace(t)
+	kc := slurmClient(t)
+	key := client.ObjectKey{Namespace: ns, Name: "slurm"}
+	c := createLocalCluster(t, ns, func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "SchedulerType=sched/nonexistent" })
+	podName := slurmcluster.ControllerName(c) + "-0"
+	var cond *metav1.Condition
+	eventually(t, 120*time.Second, "ConfigApplied False, RejectedBySlurmctld", func() bool {
+		if kc.Get(ctx, key, c) != nil {
+			return false
+		}
+		cond = meta.FindStatusCondition(c.Status.Conditions, slurmv1.ConditionConfigApplied)
+		return cond != nil && cond.Reason == slurmcluster.ReasonRejectedBySlurmctld
+	})
+	rejected := c.Status.ConfigHash
+	assert.Contains(t, cond.Message, "slurmctld refused configuration "+rejected+": ")
+	assert.Contains(t, cond.Message, "fatal: Failed to initialize the various schedulers")
+	assert.Contains(t, cond.Message, "it is not running: it starts on the spec's next configuration at once")
+	assert.Empty(t, c.Status.AppliedConfigHash)
+	assert.False(t, meta.IsStatusConditionTrue(c.Status.Conditions, slurmv1.ConditionControllerReady))
+	p := getPod(t, ns, podName)
+	assert.False(t, podReady(p))
+	require.Len(t, p.Status.ContainerStatuses, 1)
+	assert.Zero(t, p.Status.ContainerStatuses[0].RestartCount, "the script waits for a new configuration; it does not end")
+
+	start := time.Now()
+	updateCluster(t, kc, key, c, func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "SchedulerType=sched/builtin" })
+	eventually(t, 60*time.Second, "the fixed configuration applied", func() bool {
+		return kc.Get(ctx, key, c) == nil && c.Status.ConfigHash != rejected && c.Status.AppliedConfigHash == c.Status.ConfigHash &&
+			c.Status.RejectedConfigHash == "" && meta.IsStatusConditionTrue(c.Status.Conditions, slurmv1.ConditionConfigApplied)
+	})
+	t.Logf("slurmctld ran the fixed configuration %s after the spec change", time.Since(start).Round(time.Second))
+	c = waitSlurmClusterReady(t, ns, runnerNode)
+	out, ok := slurmCommand(t, c, "/usr/bin/scontrol", "show", "config")
+	require.True(t, ok, out)
+	assert.Regexp(t, `(?m)^SchedulerType\s+= sched/builtin$`, out)
+	p = getPod(t, ns, podName)
+	assert.Equal(t, int32(0), p.Status.ContainerStatuses[0].RestartCount, "the same container")
+}
+
 // startedOnNewConfig is TestSlurmClusterRunsSlurm's part for a slurmctld pod that starts
 // on a configuration the old one never read (the spec changed while no slurmctld ran): its
 // script's reconfigure sends it to the configless worker, which slurmctld's start alone

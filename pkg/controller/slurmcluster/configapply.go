@@ -205,7 +205,7 @@ func (r *Reconciler) configApplied(ctx context.Context, c *slurmv1.SlurmCluster,
 		if running != "" {
 			msg += fmt.Sprintf("; it runs configuration %s until the spec changes", running)
 		} else {
-			msg += "; it is not running, and starts again on the spec's next configuration"
+			msg += "; it is not running: it starts on the spec's next configuration at once, and tries this one again every minute"
 		}
 		setCondition(status, c.Generation, slurmv1.ConditionConfigApplied, metav1.ConditionFalse, ReasonRejectedBySlurmctld, msg)
 		if status.RejectedConfigHash != refused {

@@ -193,7 +193,7 @@ func TestFirstConfigRejectedBySlurmctld(t *testing.T) {
 	assert.Equal(t, bad, c.Status.RejectedConfigHash)
 	cond := condition(c, slurmv1.ConditionConfigApplied)
 	assert.Equal(t, ReasonRejectedBySlurmctld, cond.Reason)
-	assert.Contains(t, cond.Message, "fatal: Failed to initialize the various schedulers; it is not running, and starts again on the spec's next configuration")
+	assert.Contains(t, cond.Message, "fatal: Failed to initialize the various schedulers; it is not running: it starts on the spec's next configuration at once, and tries this one again every minute")
 	assert.True(t, f.controllerPodExists())
 
 	f.update(func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "" })

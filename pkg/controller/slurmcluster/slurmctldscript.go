@@ -53,8 +53,10 @@ func slurmctldScript(p slurmctldPaths) string {
 //     controller`, or `fatal:`) and its PID file. A start that fails is tried once more
 //     5 s later (a passing cause: its host name not yet in DNS); failing again, the
 //     configuration is refused, and slurmctld starts on $APPLIED's if that is another
-//     one. Otherwise the script ends non-zero (the end of the log is the termination
-//     message) and the kubelet starts it again.
+//     one. Otherwise (nothing kept: a cluster's first configuration) the script reports
+//     the refusal and starts again as soon as $CONF's files change, or $RESTART_SECONDS
+//     (60) later for a passing cause: no kubelet back-off between a fixed spec and
+//     slurmctld.
 //   - a start on another configuration than $APPLIED's (the last one slurmctld ran, so the
 //     one its configless workers were last sent) is followed by a SIGHUP: slurmctld's
 //     reconfigure sends the workers the new one, which its start does not.
@@ -143,20 +145,40 @@ stopping= running= refused= reason= unreported=
 trap 'stopping=1; kill -TERM "$(cat "$PIDFILE" 2>/dev/null)" 2>/dev/null' TERM INT
 mkdir -p "$RUN"; : >"$LOG"
 tail -F -n +1 "$LOG" >&2 2>/dev/null & tailpid=$!
-install "$CONF"; want=$(hashOf "$WORK"); tried=$(confsum "$CONF")
-if ! launch && ! { say "slurmctld did not start on configuration $want: trying again in ${START_RETRY_SECONDS:-5} s"; sleep "${START_RETRY_SECONDS:-5}"; launch; }; then
+start() {
+  install "$CONF"; want=$(hashOf "$WORK"); tried=$(confsum "$CONF")
+  launch && return 0
+  say "slurmctld did not start on configuration $want: trying again in ${START_RETRY_SECONDS:-5} s"
+  sleep "${START_RETRY_SECONDS:-5}"
+  launch && return 0
   refuse "$want"
-  if [ -f "$APPLIED/slurm.conf" ] && [ "$(hashOf "$APPLIED")" != "$want" ]; then
-    install "$APPLIED"; say "starting slurmctld on configuration $(hashOf "$WORK"), the one it ran before"
-    launch || end 1
-  else
-    end 1
-  fi
-fi
+  [ -f "$APPLIED/slurm.conf" ] && [ "$(hashOf "$APPLIED")" != "$want" ] || return 1
+  install "$APPLIED"; say "starting slurmctld on configuration $(hashOf "$WORK"), the one it ran before"
+  launch
+}
+until start; do
+  report
+  say "slurmctld is not running: starting it again when $CONF changes, or in ${RESTART_SECONDS:-60} s"
+  i=0
+  while [ $i -lt "${RESTART_SECONDS:-60}" ] && [ "$(confsum "$CONF")" = "$tried" ]; do
+    sleep 1 & wait $!
+    [ -n "$stopping" ] && end 0
+    i=$((i + 1))
+  done
+  # Changed files are taken once they read the same twice, as below.
+  a=$(confsum "$CONF")
+  while :; do
+    sleep "$POLL" & wait $!
+    [ -n "$stopping" ] && end 0
+    b=$(confsum "$CONF"); [ "$a" = "$b" ] && break; a=$b
+  done
+done
+# A SIGTERM while slurmctld started found no slurmctld to pass on to.
+[ -n "$stopping" ] && kill -TERM "$(cat "$PIDFILE")"
 running=$(hashOf "$WORK"); report
 # Started on another configuration than the kept one (the last one slurmctld ran, so the
 # one the workers were last sent): a reconfigure sends them this one.
-if [ -f "$APPLIED/slurm.conf" ] && [ "$(hashOf "$APPLIED")" != "$running" ]; then
+if [ -z "$stopping" ] && [ -f "$APPLIED/slurm.conf" ] && [ "$(hashOf "$APPLIED")" != "$running" ]; then
   say "slurmctld started on configuration $running, the workers were sent $(hashOf "$APPLIED"): reconfiguring to send them $running"
   reconfigure
   case $? in

@@ -90,7 +90,7 @@ func startSlurmctldScript(t *testing.T, content, hash, applied, appliedHash stri
 	paths := slurmctldPaths{Conf: r.conf, Applied: r.apply, Run: filepath.Join(top, "run"),
 		Daemon: filepath.Join(bin, "slurmctld"), ServiceAccount: filepath.Join(top, "sa")}
 	r.daemonRun = startScript(t, top, slurmctldScript(paths), []string{"PATH=" + bin + ":" + os.Getenv("PATH"), "RUN=" + paths.Run,
-		"CONFIG_POLL_SECONDS=0.2", "START_RETRY_SECONDS=0.2", "POD_NAME=slurm-controller-0", "POD_NAMESPACE=hpc",
+		"CONFIG_POLL_SECONDS=0.2", "START_RETRY_SECONDS=0.2", "RESTART_SECONDS=1", "POD_NAME=slurm-controller-0", "POD_NAMESPACE=hpc",
 		"KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT=6443"}, "slurmctld")
 	t.Cleanup(func() { // the daemon left the script's group
 		if b, err := os.ReadFile(filepath.Join(paths.Run, "slurmctld.pid")); err == nil {
@@ -176,9 +176,8 @@ func TestSlurmctldScriptReconfiguresInPlace(t *testing.T) {
 }
 
 // A configuration slurmctld cannot start on (twice): refused, and slurmctld starts on the
-// kept one, reported as running with the refusal and its lines (escaped into JSON); with
-// nothing kept, the script ends 1 after reporting the refusal. A later start on a good
-// configuration is reported too.
+// kept one, reported as running with the refusal and its lines (escaped into JSON). A later
+// start on a good configuration is reported too.
 func TestSlurmctldScriptStartRefused(t *testing.T) {
 	t.Run("kept configuration", func(t *testing.T) {
 		r := startSlurmctldScript(t, "fatal", "h3", "ok", "h1")
@@ -193,16 +192,31 @@ func TestSlurmctldScriptStartRefused(t *testing.T) {
 		require.NoError(t, r.cmd.Process.Signal(syscall.SIGTERM))
 		assert.Equal(t, 0, r.exited())
 	})
+	// Nothing to go back to: the refusal is reported, slurmctld started again a while later
+	// (RESTART_SECONDS; twice each time) and at once when the files change; SIGTERM
+	// meanwhile ends the script 0.
 	t.Run("nothing kept", func(t *testing.T) {
 		r := startSlurmctldScript(t, "fatal", "h3", "", "")
-		assert.Equal(t, 1, r.exited())
 		got := r.waitReport("", "h3")
 		assert.Contains(t, got[wellknown.SlurmctldRefusedReasonAnnotation], "fatal: cannot start")
+		require.Eventually(t, func() bool { return strings.Count(r.file("run/slurmctld.log"), "fatal: cannot start") >= 4 },
+			15*time.Second, 50*time.Millisecond, "started again later: %s", r.file("run/slurmctld.log"))
+		assert.Contains(t, r.stderr(), "slurmctld is not running: starting it again when")
+
+		writeConf(t, r.conf, "ok", "h4", "")
+		r.waitReport("h4", "h3")
+		assert.NotContains(t, r.stderr(), "to the workers", "nothing kept: nothing to send")
+		require.NoError(t, r.cmd.Process.Signal(syscall.SIGTERM))
+		assert.Equal(t, 0, r.exited())
 	})
 	t.Run("kept configuration is the refused one", func(t *testing.T) {
 		r := startSlurmctldScript(t, "fatal", "h3", "fatal", "h3")
-		assert.Equal(t, 1, r.exited())
 		r.waitReport("", "h3")
+		require.Eventually(t, func() bool { return strings.Contains(r.stderr(), "slurmctld is not running") },
+			15*time.Second, 50*time.Millisecond, "stderr: %s", r.stderr())
+		require.NoError(t, r.cmd.Process.Signal(syscall.SIGTERM))
+		assert.Equal(t, 0, r.exited())
+		assert.NotContains(t, r.stderr(), "the one it ran before", "not started on the same refused files")
 	})
 }
 
