@@ -116,7 +116,8 @@ reconfigure() {
     since | grep -q 'reconfigure failed' && return 1
     new=$(cat "$PIDFILE" 2>/dev/null)
     [ "$new" != "$old" ] && alive "$new" && since | grep -q 'Running as primary controller' && return 0
-    if alive "$old" || alive "$new"; then gone=0; else gone=$((gone + 1)); [ $gone -ge 4 ] && return 2; fi
+    if alive "$old" || alive "$new"; then gone=0; else gone=$((gone + 1)); fi
+    [ $gone -ge 4 ] && { say "no slurmctld after the SIGHUP: neither PID $old nor the PID file's '$new' runs"; return 2; }
   done
 }
 esc() { sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/[[:cntrl:]]/ /g' | awk 'NR > 1 { printf "\\n" } { printf "%s", $0 }'; }
@@ -189,7 +190,10 @@ fi
 while :; do
   sleep "$POLL" & wait $!
   pid=$(cat "$PIDFILE" 2>/dev/null)
-  if ! alive "$pid"; then sleep 1; alive "$(cat "$PIDFILE" 2>/dev/null)" || break; fi
+  if ! alive "$pid"; then
+    sleep 1; now=$(cat "$PIDFILE" 2>/dev/null)
+    alive "$now" || { say "slurmctld is not running: its PID file names '$now' (before: '$pid')"; break; }
+  fi
   [ -n "$stopping" ] && continue
   [ "$(wc -c <"$LOG")" -gt 67108864 ] && : >"$LOG"
   [ -n "$unreported" ] && report
