@@ -96,6 +96,13 @@ install() {
 since() { tail -c +"$mark" "$LOG"; }
 failure() { since | grep -E 'error:|fatal:' | tail -n 5; }
 alive() { [ -n "$1" ] && kill -0 "$1" 2>/dev/null; }
+# ours: the slurmctld processes of this container (its mount namespace), for the log.
+ours() {
+  me=$(readlink /proc/self/ns/mnt)
+  for p in /proc/[0-9]*; do
+    [ "$(cat "$p/comm" 2>/dev/null)" = slurmctld ] && [ "$(readlink "$p/ns/mnt" 2>/dev/null)" = "$me" ] && printf '%s ' "${p#/proc/}"
+  done
+}
 launch() {
   rm -f "$PIDFILE"; mark=$(($(wc -c <"$LOG") + 1)); keys=$(keysum)
   SLURM_SACK_JWKS=$CONF/slurm.jwks "$DAEMON" -f "$WORK/slurm.conf" -L "$LOG" || return 1
@@ -117,7 +124,7 @@ reconfigure() {
     new=$(cat "$PIDFILE" 2>/dev/null)
     [ "$new" != "$old" ] && alive "$new" && since | grep -q 'Running as primary controller' && return 0
     if alive "$old" || alive "$new"; then gone=0; else gone=$((gone + 1)); fi
-    [ $gone -ge 4 ] && { say "no slurmctld after the SIGHUP: neither PID $old nor the PID file's '$new' runs"; return 2; }
+    [ $gone -ge 4 ] && { say "no slurmctld after the SIGHUP: neither PID $old nor the PID file's '$new' runs (slurmctld processes here: $(ours))"; return 2; }
   done
 }
 esc() { sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/[[:cntrl:]]/ /g' | awk 'NR > 1 { printf "\\n" } { printf "%s", $0 }'; }
@@ -192,7 +199,7 @@ while :; do
   pid=$(cat "$PIDFILE" 2>/dev/null)
   if ! alive "$pid"; then
     sleep 1; now=$(cat "$PIDFILE" 2>/dev/null)
-    alive "$now" || { say "slurmctld is not running: its PID file names '$now' (before: '$pid')"; break; }
+    alive "$now" || { say "slurmctld is not running: its PID file names '$now' (before: '$pid'; slurmctld processes here: $(ours))"; break; }
   fi
   [ -n "$stopping" ] && continue
   [ "$(wc -c <"$LOG")" -gt 67108864 ] && : >"$LOG"
