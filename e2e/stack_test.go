@@ -462,10 +462,14 @@ func sbatchJobAndPodShareNodes(t *testing.T, st stack, ns string) {
 		return false
 	})
 	assert.Empty(t, p.Spec.NodeName)
-	// The event comes from the scheduler's event broadcaster, which writes it after the
-	// condition, asynchronously.
-	eventually(t, 10*time.Second, "an event with Slurm's reason", func() bool {
-		return strings.Contains(podEvents(t, p), "PENDING (Resources)")
+	// An event says it too: the scheduler's FailedScheduling (written after the condition,
+	// asynchronously) or the controller's SlurmJobPending. The scheduler's may keep an
+	// earlier attempt's words: events.k8s.io makes a series of a pod's events with the same
+	// reason and keeps the first one's note ("waiting for Slurm to allocate a node" when the
+	// first attempt came before Slurm's reason, seen once in a fresh-clone run).
+	eventually(t, 60*time.Second, "an event with Slurm's reason", func() bool {
+		ev := podEvents(t, p)
+		return strings.Contains(ev, "PENDING (Resources)") || strings.Contains(ev, "is pending: Resources")
 	})
 	// The placeholder job waits behind the sbatch job. The nodes the affinity rules out
 	// reach Slurm as excluded nodes, never as required ones.
