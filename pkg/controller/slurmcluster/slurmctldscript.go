@@ -153,6 +153,19 @@ stopping= running= refused= reason= unreported=
 trap 'stopping=1; kill -TERM "$(cat "$PIDFILE" 2>/dev/null)" 2>/dev/null' TERM INT
 mkdir -p "$RUN"; : >"$LOG"
 tail -F -n +1 "$LOG" >&2 2>/dev/null & tailpid=$!
+# settled waits until $CONF's files read the same twice, $POLL apart (the kubelet writes
+# them at once, the local pod runner one by one), and sets now to their sum; false on
+# SIGTERM.
+settled() {
+  now=$(confsum "$CONF")
+  while :; do
+    sleep "$POLL" & wait $!
+    [ -n "$stopping" ] && return 1
+    b=$(confsum "$CONF"); [ "$b" = "$now" ] && return 0; now=$b
+  done
+}
+# keptOther H: a kept configuration ($APPLIED) is there, and it is not H; sets kept to its hash.
+keptOther() { kept=$(hashOf "$APPLIED"); [ -f "$APPLIED/slurm.conf" ] && [ "$kept" != "$1" ]; }
 start() {
   install "$CONF"; want=$(hashOf "$WORK"); tried=$(confsum "$CONF")
   launch && return 0
@@ -160,8 +173,8 @@ start() {
   sleep "${START_RETRY_SECONDS:-5}"
   launch && return 0
   refuse "$want"
-  [ -f "$APPLIED/slurm.conf" ] && [ "$(hashOf "$APPLIED")" != "$want" ] || return 1
-  install "$APPLIED"; say "starting slurmctld on configuration $(hashOf "$WORK"), the one it ran before"
+  keptOther "$want" || return 1
+  install "$APPLIED"; say "starting slurmctld on configuration $kept, the one it ran before"
   launch
 }
 until start; do
@@ -173,21 +186,15 @@ until start; do
     [ -n "$stopping" ] && end 0
     i=$((i + 1))
   done
-  # Changed files are taken once they read the same twice, as below.
-  a=$(confsum "$CONF")
-  while :; do
-    sleep "$POLL" & wait $!
-    [ -n "$stopping" ] && end 0
-    b=$(confsum "$CONF"); [ "$a" = "$b" ] && break; a=$b
-  done
+  settled || end 0
 done
 # A SIGTERM while slurmctld started found no slurmctld to pass on to.
 [ -n "$stopping" ] && kill -TERM "$(cat "$PIDFILE")"
 running=$(hashOf "$WORK"); report
 # Started on another configuration than the kept one (the last one slurmctld ran, so the
 # one the workers were last sent): a reconfigure sends them this one.
-if [ -z "$stopping" ] && [ -f "$APPLIED/slurm.conf" ] && [ "$(hashOf "$APPLIED")" != "$running" ]; then
-  say "slurmctld started on configuration $running, the workers were sent $(hashOf "$APPLIED"): reconfiguring to send them $running"
+if [ -z "$stopping" ] && keptOther "$running"; then
+  say "slurmctld started on configuration $running, the workers were sent $kept: reconfiguring to send them $running"
   reconfigure
   case $? in
     0) say "slurmctld sent configuration $running to the workers" ;;
@@ -198,8 +205,8 @@ while :; do
   sleep "$POLL" & wait $!
   pid=$(cat "$PIDFILE" 2>/dev/null)
   if ! alive "$pid"; then
-    sleep 1; now=$(cat "$PIDFILE" 2>/dev/null)
-    alive "$now" || { say "slurmctld is not running: its PID file names '$now' (before: '$pid'; slurmctld processes here: $(ours))"; break; }
+    sleep 1; again=$(cat "$PIDFILE" 2>/dev/null)
+    alive "$again" || { say "slurmctld is not running: its PID file names '$again' (before: '$pid'; slurmctld processes here: $(ours))"; break; }
   fi
   [ -n "$stopping" ] && continue
   [ "$(wc -c <"$LOG")" -gt 67108864 ] && : >"$LOG"
@@ -207,10 +214,8 @@ while :; do
   if keysChanged slurmctld hup; then
     install "$WORK"; reconfigure; [ $? = 2 ] && break
   fi
-  now=$(confsum "$CONF")
-  [ "$now" = "$tried" ] && continue
-  sleep "$POLL"
-  [ "$(confsum "$CONF")" = "$now" ] || continue
+  [ "$(confsum "$CONF")" = "$tried" ] && continue
+  settled || continue
   tried=$now; want=$(hashOf "$CONF")
   copyConf "$WORK" "$WORK.prev"; install "$CONF"
   say "slurmctld reconfigures with configuration $want"
