@@ -89,6 +89,20 @@ func TestSlurmClusterKeysAndConfig(t *testing.T) {
 		assert.True(t, metav1.IsControlledBy(s, c), "%s is owned by the SlurmCluster", name)
 		keys[name] = s.Data[want.key]
 	}
+	// Each generated key has an event of its own, naming its Secret: events of one pass
+	// would otherwise share a series, which shows only the first note.
+	eventually(t, 30*time.Second, "an event for each generated key Secret", func() bool {
+		list, err := kube.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+		require.NoError(t, err)
+		related := map[string]string{}
+		for _, e := range list.Items {
+			if e.Regarding.Name == "slurm" && e.Reason == wellknown.EventSlurmKeyGenerated && e.Related != nil && e.Related.Kind == "Secret" {
+				related[e.Related.Name] = e.Note
+			}
+		}
+		return strings.Contains(related["slurm-slurm-key"], "Generated the auth/slurm key into Secret slurm-slurm-key") &&
+			strings.Contains(related["slurm-jwt-key"], "Generated the auth/jwt key into Secret slurm-jwt-key")
+	})
 
 	cm := configMap()
 	require.NotNil(t, cm)

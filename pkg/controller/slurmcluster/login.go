@@ -221,8 +221,8 @@ func (r *Reconciler) generateHostKey(ctx context.Context, c *slurmv1.SlurmCluste
 	}
 	name := SSHHostKeySecret(c)
 	created, err := r.createSecret(ctx, c, name, SSHHostKeyName, pem.EncodeToMemory(block))
-	if created {
-		r.Recorder.Eventf(c, nil, v1.EventTypeNormal, wellknown.EventSlurmKeyGenerated, "GenerateKey",
+	if created != nil {
+		r.Recorder.Eventf(c, created, v1.EventTypeNormal, wellknown.EventSlurmKeyGenerated, "GenerateKey",
 			"Generated the login pods' ssh host key into Secret %s", name)
 	}
 	return err

@@ -101,7 +101,7 @@ func (r *Reconciler) pruneStaleNodes(ctx context.Context, c *slurmv1.SlurmCluste
 		live[pods.Items[i].Annotations[slurmNodeAnnotation]] = true
 	}
 	pruned := map[string]bool{}
-	var errs []string
+	var errs, notes []string
 	for _, s := range staleNodes(c, nodes, live, time.Now()) {
 		n := s.node
 		if err := sc.DeleteNode(ctx, n.Name); err != nil {
@@ -112,9 +112,13 @@ func (r *Reconciler) pruneStaleNodes(ctx context.Context, c *slurmv1.SlurmCluste
 		since := n.ReasonTime.UTC().Format(time.RFC3339)
 		log.FromContext(ctx).Info("pruned a lost worker's Slurm node", "node", n.Name, "nodeSet", s.set,
 			"state", n.StateString(), "reason", n.Reason, "since", since)
-		r.Recorder.Eventf(c, nil, v1.EventTypeNormal, wellknown.EventSlurmNodePruned, "PruneNode",
-			"Deleted Slurm node %s of NodeSet %s: %s since %s (reason %q), no worker pod, no job",
-			n.Name, s.set, n.StateString(), since, n.Reason)
+		notes = append(notes, fmt.Sprintf("Slurm node %s of NodeSet %s: %s since %s (reason %q), no worker pod, no job",
+			n.Name, s.set, n.StateString(), since, n.Reason))
+	}
+	// One event for the pass: events of one pass on the cluster share a series, which
+	// shows only its first note.
+	if len(notes) > 0 {
+		r.Recorder.Eventf(c, nil, v1.EventTypeNormal, wellknown.EventSlurmNodePruned, "PruneNode", "%s", prunedNote(notes))
 	}
 	left := make([]slurm.Node, 0, len(nodes))
 	for _, n := range nodes {
@@ -126,4 +130,22 @@ func (r *Reconciler) pruneStaleNodes(ctx context.Context, c *slurmv1.SlurmCluste
 		return left, fmt.Errorf("pruning Slurm nodes: %s", strings.Join(errs, "; "))
 	}
 	return left, nil
+}
+
+// maxPrunedNote keeps an event's note under the API's 1 kB limit; the log has every node.
+const maxPrunedNote = 900
+
+// prunedNote is the event note for the nodes pruned in one pass (one line each in notes).
+func prunedNote(notes []string) string {
+	if len(notes) == 1 {
+		return "Deleted " + notes[0]
+	}
+	out := fmt.Sprintf("Deleted %d Slurm nodes", len(notes))
+	for i, n := range notes {
+		if len(out)+len(n)+2 > maxPrunedNote {
+			return out + fmt.Sprintf("; and %d more (the controller's log names each)", len(notes)-i)
+		}
+		out += "; " + n
+	}
+	return out
 }

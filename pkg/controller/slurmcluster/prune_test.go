@@ -3,6 +3,7 @@ package slurmcluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -158,4 +159,26 @@ func TestPruneFailsClosed(t *testing.T) {
 	assert.True(t, f.r.observeSlurm(ctx, f.cluster(), status, want))
 	assert.Equal(t, []string{"delete slurm-r-5"}, sl.NodeOps())
 	assert.Len(t, f.events(), 1)
+}
+
+func TestPrunedNote(t *testing.T) {
+	line := func(i int) string {
+		return fmt.Sprintf("Slurm node slurm-r-%d of NodeSet r: DOWN since 2026-01-01T00:00:00Z (reason %q), no worker pod, no job", i, "Not responding")
+	}
+	lines := func(n int) []string {
+		var out []string
+		for i := range n {
+			out = append(out, line(i))
+		}
+		return out
+	}
+	assert.Equal(t, "Deleted "+line(0), prunedNote(lines(1)))
+	assert.Equal(t, "Deleted 2 Slurm nodes; "+line(0)+"; "+line(1), prunedNote(lines(2)))
+
+	many := prunedNote(lines(100))
+	assert.LessOrEqual(t, len(many), 1024, "the API refuses longer notes")
+	shown := strings.Count(many, "Slurm node slurm-r-")
+	assert.Greater(t, shown, 1)
+	assert.True(t, strings.HasPrefix(many, "Deleted 100 Slurm nodes; "+line(0)), many)
+	assert.True(t, strings.HasSuffix(many, fmt.Sprintf("; and %d more (the controller's log names each)", 100-shown)), many)
 }

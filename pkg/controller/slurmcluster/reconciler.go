@@ -259,17 +259,20 @@ func (r *Reconciler) ensureKeys(ctx context.Context, c *slurmv1.SlurmCluster, st
 			}
 			continue
 		}
+		// Each event names its Secret as the related object: the events of one pass
+		// would otherwise share one series (same object version, reason and action),
+		// which shows only the first note.
 		created, err := r.generateKey(ctx, c, name, key, k.size)
 		switch {
 		case err != nil:
 			return err
-		case created && wasReady:
+		case created != nil && wasReady:
 			// The generated Secret was deleted: the new key differs from the one every
 			// daemon holds. Say so loudly; it is not a silent rotation.
-			r.Recorder.Eventf(c, nil, v1.EventTypeWarning, wellknown.EventSlurmKeyRegenerated, "GenerateKey",
+			r.Recorder.Eventf(c, created, v1.EventTypeWarning, wellknown.EventSlurmKeyRegenerated, "GenerateKey",
 				"Secret %s of the %s was deleted; generated a new key: every Slurm daemon must restart with it", name, k.what)
-		case created:
-			r.Recorder.Eventf(c, nil, v1.EventTypeNormal, wellknown.EventSlurmKeyGenerated, "GenerateKey",
+		case created != nil:
+			r.Recorder.Eventf(c, created, v1.EventTypeNormal, wellknown.EventSlurmKeyGenerated, "GenerateKey",
 				"Generated the %s into Secret %s", k.what, name)
 		}
 	}
@@ -303,33 +306,33 @@ func (r *Reconciler) secretExists(ctx context.Context, ns, name string) (bool, e
 
 // generateKey creates the Secret with a new random key, unless it exists (reported as
 // not created; an existing Secret is never written to).
-func (r *Reconciler) generateKey(ctx context.Context, c *slurmv1.SlurmCluster, name, key string, size int) (bool, error) {
+func (r *Reconciler) generateKey(ctx context.Context, c *slurmv1.SlurmCluster, name, key string, size int) (*v1.Secret, error) {
 	b := make([]byte, size)
 	if _, err := rand.Read(b); err != nil {
-		return false, err
+		return nil, err
 	}
 	return r.createSecret(ctx, c, name, key, b)
 }
 
-// createSecret creates the cluster's Secret name with data under key, unless it exists
-// (reported as not created; an existing Secret is never written to).
-func (r *Reconciler) createSecret(ctx context.Context, c *slurmv1.SlurmCluster, name, key string, b []byte) (bool, error) {
+// createSecret creates the cluster's Secret name with data under key and returns it,
+// unless it exists (then nil: an existing Secret is never written to).
+func (r *Reconciler) createSecret(ctx context.Context, c *slurmv1.SlurmCluster, name, key string, b []byte) (*v1.Secret, error) {
 	s := &v1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name, Labels: map[string]string{wellknown.SlurmClusterLabel: c.Name}},
 		Type:       v1.SecretTypeOpaque,
 		Data:       map[string][]byte{key: b},
 	}
 	if err := controllerutil.SetControllerReference(c, s, r.Client.Scheme()); err != nil {
-		return false, err
+		return nil, err
 	}
 	err := r.Client.Create(ctx, s)
 	switch {
 	case apierrors.IsAlreadyExists(err):
-		return false, nil
+		return nil, nil
 	case err != nil:
-		return false, fmt.Errorf("creating Secret %s: %w", name, err)
+		return nil, fmt.Errorf("creating Secret %s: %w", name, err)
 	}
-	return true, nil
+	return s, nil
 }
 
 // ensureConfig renders the spec into the ConfigMap and sets ConfigValid. A spec that does

@@ -96,11 +96,14 @@ install() {
 since() { tail -c +"$mark" "$LOG"; }
 failure() { since | grep -E 'error:|fatal:' | tail -n 5; }
 alive() { [ -n "$1" ] && kill -0 "$1" 2>/dev/null; }
-# ours: the slurmctld processes of this container (its mount namespace), for the log.
+# ours: the slurmctld processes of this container (its mount namespace), for the log. A
+# reconfigure re-executes slurmctld through /proc/self/exe, so its name is then the
+# binary's own (Debian's slurmctld-wlm), not the name it was started by.
 ours() {
   me=$(readlink /proc/self/ns/mnt)
   for p in /proc/[0-9]*; do
-    [ "$(cat "$p/comm" 2>/dev/null)" = slurmctld ] && [ "$(readlink "$p/ns/mnt" 2>/dev/null)" = "$me" ] && printf '%s ' "${p#/proc/}"
+    case $(cat "$p/comm" 2>/dev/null) in "${DAEMON##*/}"*) ;; *) continue ;; esac
+    [ "$(readlink "$p/ns/mnt" 2>/dev/null)" = "$me" ] && printf '%s ' "${p#/proc/}"
   done
 }
 launch() {
