@@ -722,3 +722,90 @@ func TestSlurmClusterNamespaceDeleted(t *testing.T) {
 	})
 	t.Logf("namespace gone %s after its deletion", time.Since(deleted).Round(time.Second))
 }
+
+// Issue 5, configuration propagation from a referenced ConfigMap: spec.extraConfigFrom's
+// text reaches slurmctld and the worker's slurmd in place, each edit of the ConfigMap
+// alone; a ConfigMap missing or holding a line kubeslurm refuses is refused with a
+// condition, and the running configuration stays.
+func TestSlurmClusterExtraConfigFromConfigMap(t *testing.T) {
+	ctx := context.Background()
+	startPodRunner(t)
+	ns := namespace(t)
+	c := createLocalCluster(t, ns, func(c *slurmv1.SlurmCluster) {
+		c.Spec.ExtraConfigFrom = &v1.ConfigMapKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "site-slurm"}, Key: "slurm.conf"}
+	})
+	kc, key := slurmClient(t), client.ObjectKeyFromObject(c)
+	validMessage := func() string {
+		cond := clusterCondition(t, c, slurmv1.ConditionConfigValid)
+		if cond == nil || cond.Status != metav1.ConditionFalse {
+			return ""
+		}
+		return cond.Message
+	}
+	eventually(t, 30*time.Second, "ConfigValid False: the ConfigMap does not exist", func() bool {
+		return strings.HasPrefix(validMessage(), "extraConfigFrom: ConfigMap site-slurm does not exist")
+	})
+	_, err := kube.AppsV1().StatefulSets(ns).Get(ctx, slurmcluster.ControllerName(c), metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "no slurmctld without a configuration: %v", err)
+
+	site := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "site-slurm"},
+		Data: map[string]string{"slurm.conf": "# the site's own lines\nMessageTimeout=23\n"}}
+	site, err = kube.CoreV1().ConfigMaps(ns).Create(ctx, site, metav1.CreateOptions{})
+	require.NoError(t, err)
+	c = waitSlurmClusterReady(t, ns, runnerNode)
+	worker := "slurm-runner-" + runnerNode
+	showsTimeout := func(sec int) func() bool {
+		return func() bool {
+			out, ok := slurmCommand(t, c, "/usr/bin/scontrol", "show", "config")
+			return ok && regexp.MustCompile(fmt.Sprintf(`(?m)^MessageTimeout\s+= %d sec$`, sec)).MatchString(out)
+		}
+	}
+	eventually(t, 60*time.Second, "slurmctld runs MessageTimeout=23", showsTimeout(23))
+	assert.Contains(t, workerConfCache(t, ns, worker), "\nMessageTimeout=23\n")
+	ctld := getPod(t, ns, slurmcluster.ControllerName(c)+"-0")
+
+	// An edit of the ConfigMap alone: in place, to slurmctld and the worker.
+	out, ok := slurmCommand(t, c, "/usr/bin/sbatch", "--parsable", "--chdir", "/tmp", "--output", "/dev/null", "--wrap", "sleep 600")
+	require.True(t, ok, out)
+	job := sbatchJobID(out)
+	// Before the cluster's deletion, which drains its worker and so waits for the job.
+	t.Cleanup(func() { slurmCommand(t, c, "/usr/bin/scancel", job) })
+	setText := func(text string) {
+		site.Data["slurm.conf"] = text
+		site, err = kube.CoreV1().ConfigMaps(ns).Update(ctx, site, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+	setText("# the site's own lines\nMessageTimeout=24\n")
+	start := time.Now()
+	eventually(t, 60*time.Second, "slurmctld runs MessageTimeout=24", showsTimeout(24))
+	t.Logf("the ConfigMap's edit ran in slurmctld %s after it", time.Since(start).Round(time.Second))
+	eventually(t, 60*time.Second, "the worker's slurmd has MessageTimeout=24", func() bool {
+		return strings.Contains(workerConfCache(t, ns, worker), "\nMessageTimeout=24\n")
+	})
+	applied := func() bool {
+		return kc.Get(ctx, key, c) == nil && c.Status.AppliedConfigHash == c.Status.ConfigHash &&
+			meta.IsStatusConditionTrue(c.Status.Conditions, slurmv1.ConditionConfigApplied)
+	}
+	eventually(t, 30*time.Second, "ConfigApplied True", applied)
+	assert.Equal(t, ctld.UID, getPod(t, ns, ctld.Name).UID, "the same slurmctld pod")
+	out, ok = slurmCommand(t, c, "/usr/bin/scontrol", "show", "job", "-o", job)
+	require.True(t, ok, out)
+	assert.Equal(t, "RUNNING", regexpField(out, "JobState"), "the job runs on through the change")
+
+	// A line kubeslurm refuses: ConfigValid False, the running configuration stays.
+	running := c.Status.ConfigHash
+	setText("MessageTimeout=25\nAuthType=auth/none\n")
+	eventually(t, 30*time.Second, "ConfigValid False for the refused line", func() bool {
+		return strings.HasPrefix(validMessage(), "extraConfigFrom (ConfigMap site-slurm, key slurm.conf): ")
+	})
+	assert.Contains(t, validMessage(), "the last valid configuration stays in place")
+	require.NoError(t, kc.Get(ctx, key, c))
+	assert.Equal(t, running, c.Status.ConfigHash)
+	assert.True(t, showsTimeout(24)(), "slurmctld still runs MessageTimeout=24")
+	assert.Contains(t, namedClusterEvents(t, ns, "slurm", wellknown.EventSlurmConfigRefused), "AuthType")
+
+	// Fixed: taken again.
+	setText("MessageTimeout=25\n")
+	eventually(t, 60*time.Second, "slurmctld runs MessageTimeout=25", showsTimeout(25))
+	eventually(t, 30*time.Second, "ConfigApplied True", applied)
+}

@@ -81,6 +81,15 @@ type SlurmClusterSpec struct {
 	// +optional
 	ExtraConfig string `json:"extraConfig,omitempty"`
 
+	// ExtraConfigFrom names a key of a ConfigMap in the cluster's namespace whose text is
+	// appended to slurm.conf after extraConfig, validated the same way: a site's slurm.conf
+	// lines kept apart from the SlurmCluster (another team's, or another tool's). A change
+	// of that text is a change of the configuration, taken in place like a spec change. A
+	// missing ConfigMap or key (unless optional) is refused like an invalid spec: the last
+	// valid configuration stays.
+	// +optional
+	ExtraConfigFrom *corev1.ConfigMapKeySelector `json:"extraConfigFrom,omitempty"`
+
 	// CgroupExtraConfig is appended to cgroup.conf, validated like ExtraConfig.
 	// +kubebuilder:validation:MaxLength=16384
 	// +optional

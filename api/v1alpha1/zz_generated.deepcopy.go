@@ -452,6 +452,11 @@ func (in *SlurmClusterSpec) DeepCopyInto(out *SlurmClusterSpec) {
 		*out = new(int64)
 		**out = **in
 	}
+	if in.ExtraConfigFrom != nil {
+		in, out := &in.ExtraConfigFrom, &out.ExtraConfigFrom
+		*out = new(v1.ConfigMapKeySelector)
+		(*in).DeepCopyInto(*out)
+	}
 	if in.Topology != nil {
 		in, out := &in.Topology, &out.Topology
 		*out = new(TopologySpec)

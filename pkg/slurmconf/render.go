@@ -155,6 +155,26 @@ func Validate(c *slurmv1.SlurmCluster) error {
 			return fmt.Errorf("accounting.extraConfig: %w", err)
 		}
 	}
+	if d := c.Spec.DCGMJobMapping; d != nil {
+		if !HasGPUs(c) {
+			return fmt.Errorf("dcgmJobMapping: no NodeSet has gpus, so no job would hold a GPU to map")
+		}
+		if _, err := dcgmjobmap.Scripts(d.Dir); err != nil {
+			return fmt.Errorf("dcgmJobMapping.dir: %w", err)
+		}
+	}
+	if err := validateLines(c.Spec.ExtraConfig, reservedSlurmConfKeys(c)); err != nil {
+		return fmt.Errorf("extraConfig: %w", err)
+	}
+	if err := ValidateCgroupExtra(c.Spec.CgroupExtraConfig); err != nil {
+		return fmt.Errorf("cgroupExtraConfig: %w", err)
+	}
+	return nil
+}
+
+// reservedSlurmConfKeys are the slurm.conf keys extra configuration may not set: always
+// reservedSlurmConf, and those the spec's sections make kubeslurm's own.
+func reservedSlurmConfKeys(c *slurmv1.SlurmCluster) map[string]bool {
 	reserved := reservedSlurmConf
 	var ours []string
 	if c.ComputeDomainEnabled() {
@@ -165,26 +185,14 @@ func Validate(c *slurmv1.SlurmCluster) error {
 		// GresTypes is then ours: gpu.
 		ours = append(ours, "GresTypes")
 	}
-	if d := c.Spec.DCGMJobMapping; d != nil {
-		if !HasGPUs(c) {
-			return fmt.Errorf("dcgmJobMapping: no NodeSet has gpus, so no job would hold a GPU to map")
-		}
-		if _, err := dcgmjobmap.Scripts(d.Dir); err != nil {
-			return fmt.Errorf("dcgmJobMapping.dir: %w", err)
-		}
+	if c.Spec.DCGMJobMapping != nil {
 		// The prolog and epilog are then ours.
 		ours = append(ours, "Prolog", "Epilog", "PrologFlags")
 	}
 	if len(ours) > 0 {
 		reserved = keySet(append(slices.Collect(maps.Keys(reservedSlurmConf)), ours...)...)
 	}
-	if err := validateLines(c.Spec.ExtraConfig, reserved); err != nil {
-		return fmt.Errorf("extraConfig: %w", err)
-	}
-	if err := ValidateCgroupExtra(c.Spec.CgroupExtraConfig); err != nil {
-		return fmt.Errorf("cgroupExtraConfig: %w", err)
-	}
-	return nil
+	return reserved
 }
 
 // Partition parameters written from the spec's own fields.
@@ -210,7 +218,11 @@ func (f Files) Hash() string {
 // Option adds to what Render writes.
 type Option func(*options)
 
-type options struct{ jwks, topology []byte }
+type options struct {
+	jwks, topology []byte
+	// extraFrom names where extraText (spec.extraConfigFrom's) came from.
+	extraFrom, extraText string
+}
 
 // WithTopology adds topology.yaml (spec.topology, built from the workers' nodes by the
 // controller): slurmctld reads it next to slurm.conf, and it wins over TopologyPlugin.
@@ -221,6 +233,12 @@ func WithTopology(topology []byte) Option { return func(o *options) { o.topology
 // tokens with the private half, so it needs no access to the cluster's key Secret.
 func WithJWKS(jwks []byte) Option { return func(o *options) { o.jwks = jwks } }
 
+// WithExtraConfigFrom adds the text of spec.extraConfigFrom, read by the controller from
+// the ConfigMap that from names, after spec.extraConfig; validated like it.
+func WithExtraConfigFrom(from, text string) Option {
+	return func(o *options) { o.extraFrom, o.extraText = from, text }
+}
+
 // Render validates the spec and renders the configuration files.
 func Render(c *slurmv1.SlurmCluster, opts ...Option) (Files, error) {
 	var o options
@@ -229,6 +247,9 @@ func Render(c *slurmv1.SlurmCluster, opts ...Option) (Files, error) {
 	}
 	if err := Validate(c); err != nil {
 		return nil, err
+	}
+	if err := validateLines(o.extraText, reservedSlurmConfKeys(c)); err != nil {
+		return nil, fmt.Errorf("extraConfigFrom (%s): %w", o.extraFrom, err)
 	}
 	files := Files{SlurmConfFile: renderSlurmConf(c, o), CgroupConfFile: renderCgroupConf(c)}
 	if len(o.jwks) > 0 {
@@ -326,7 +347,7 @@ func renderSlurmConf(c *slurmv1.SlurmCluster, o options) string {
 	line("ReturnToService=2")
 	line("SelectType=select/cons_tres")
 	line("SelectTypeParameters=CR_Core_Memory")
-	if mem := defMemPerCPU(c); mem > 0 {
+	if mem := defMemPerCPU(c, o.extraText); mem > 0 {
 		line("# A job that asks for no memory gets this much per CPU, not all of each node's.")
 		line("DefMemPerCPU=%d", mem)
 	}
@@ -381,6 +402,11 @@ func renderSlurmConf(c *slurmv1.SlurmCluster, o options) string {
 		line("# spec.extraConfig")
 		line("%s", extra)
 	}
+	if extra := strings.TrimSpace(o.extraText); extra != "" {
+		line("")
+		line("# spec.extraConfigFrom: %s", o.extraFrom)
+		line("%s", extra)
+	}
 	return b.String()
 }
 
@@ -391,9 +417,10 @@ const DefaultDefMemPerCPU = 1024
 var defaultMemoryKeys = keySet("DefMemPerCPU", "DefMemPerNode", "DefMemPerGPU")
 
 // defMemPerCPU is the DefMemPerCPU line's value, 0 for none: spec.defMemPerCPU (its
-// default when unset), unless extraConfig gives the default memory itself.
-func defMemPerCPU(c *slurmv1.SlurmCluster) int64 {
-	if setsAnyKey(c.Spec.ExtraConfig, defaultMemoryKeys) {
+// default when unset), unless extraConfig (or extraConfigFrom's text, extraFrom) gives the
+// default memory itself.
+func defMemPerCPU(c *slurmv1.SlurmCluster, extraFrom string) int64 {
+	if setsAnyKey(c.Spec.ExtraConfig, defaultMemoryKeys) || setsAnyKey(extraFrom, defaultMemoryKeys) {
 		return 0
 	}
 	if v := c.Spec.DefMemPerCPU; v != nil {

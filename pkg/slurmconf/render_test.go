@@ -312,3 +312,39 @@ func TestRenderSlurmdbdConf(t *testing.T) {
 	assert.NotContains(t, strings.ToLower(dbd), "storagepass=")
 	assert.Contains(t, files[SlurmConfFile], "\nAccountingStorageHost=slurm-accounting.hpc.svc\nAccountingStoragePort=6929\n")
 }
+
+// spec.extraConfigFrom's text (read by the controller) follows spec.extraConfig, checked
+// as it is, and counts for the default memory like it.
+func TestRenderExtraConfigFrom(t *testing.T) {
+	const from = "ConfigMap site-slurm, key slurm.conf"
+	spec := full()
+	files, err := Render(cluster(spec), WithExtraConfigFrom(from, "MessageTimeout=30\n# site\nMinJobAge=600\n"))
+	require.NoError(t, err)
+	conf := files[SlurmConfFile]
+	assert.True(t, strings.HasSuffix(conf, "NodeName=static1 CPUs=4 State=FUTURE\n\n# spec.extraConfigFrom: "+from+"\nMessageTimeout=30\n# site\nMinJobAge=600\n"), conf)
+	plain, err := Render(cluster(spec))
+	require.NoError(t, err)
+	assert.NotEqual(t, plain.Hash(), files.Hash(), "a change of the text is a change of the configuration")
+	empty, err := Render(cluster(spec), WithExtraConfigFrom(from, ""))
+	require.NoError(t, err)
+	assert.Equal(t, plain, empty, "an empty text adds nothing")
+
+	for text, want := range map[string]string{
+		"AuthType=auth/none":                   "authtype is set by kubeslurm",
+		"Prolog=/etc/slurm/mine.sh":            "Prolog is set by kubeslurm", // dcgmJobMapping's, as in extraConfig
+		"Include /etc/passwd":                  "Include",
+		"MinJobAge=600\nSlurmUser=root":        "SlurmUser is set by kubeslurm",
+		"SchedulerParameters=a\rAuthType=x":    "line break",
+		`DownNodes=n1 State=DOWN Reason="a b"`: "quot",
+	} {
+		_, err := Render(cluster(full()), WithExtraConfigFrom(from, text))
+		require.Error(t, err, text)
+		assert.Contains(t, err.Error(), "extraConfigFrom ("+from+"): ", text)
+		assert.Contains(t, strings.ToLower(err.Error()), strings.ToLower(want), text)
+	}
+
+	mem, err := Render(cluster(slurmv1.SlurmClusterSpec{}), WithExtraConfigFrom(from, "DefMemPerGPU=16384"))
+	require.NoError(t, err)
+	ours, _, _ := strings.Cut(mem[SlurmConfFile], "# spec.extraConfigFrom")
+	assert.NotContains(t, ours, "DefMemPerCPU=", "the text gives the default memory itself")
+}

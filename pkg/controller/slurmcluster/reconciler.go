@@ -11,6 +11,7 @@ package slurmcluster
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"maps"
 	"strings"
@@ -115,6 +116,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("slurmcluster").
 		For(&slurmv1.SlurmCluster{}).
 		Owns(&v1.ConfigMap{}).
+		// The ConfigMap a cluster's spec.extraConfigFrom names.
+		Watches(&v1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.clustersReferencing)).
 		Owns(&v1.Service{}).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&appsv1.Deployment{}).
@@ -350,7 +353,19 @@ func (r *Reconciler) ensureConfig(ctx context.Context, c *slurmv1.SlurmCluster, 
 		}
 		opts, badBlocks = append(opts, slurmconf.WithTopology(t)), bad
 	}
-	files, err := slurmconf.Render(c, opts...)
+	// spec.extraConfigFrom's text: unreadable is an error (nothing changes), missing is a
+	// refusal like an invalid spec.
+	extra, err := r.extraConfigFrom(ctx, c)
+	if err != nil && !errors.As(err, new(refusedSource)) {
+		return err
+	}
+	var files slurmconf.Files
+	if err == nil {
+		if extra != nil {
+			opts = append(opts, extra)
+		}
+		files, err = slurmconf.Render(c, opts...)
+	}
 	if err == nil {
 		err = podsErr
 	}
