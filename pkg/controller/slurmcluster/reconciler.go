@@ -307,8 +307,8 @@ func (r *Reconciler) secretExists(ctx context.Context, ns, name string) (bool, e
 	return false, nil
 }
 
-// generateKey creates the Secret with a new random key, unless it exists (reported as
-// not created; an existing Secret is never written to).
+// generateKey creates the Secret with a new random key and returns it, unless it exists
+// (then nil: an existing Secret is never written to).
 func (r *Reconciler) generateKey(ctx context.Context, c *slurmv1.SlurmCluster, name, key string, size int) (*v1.Secret, error) {
 	b := make([]byte, size)
 	if _, err := rand.Read(b); err != nil {
