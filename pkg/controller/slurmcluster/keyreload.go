@@ -39,7 +39,8 @@ func slurmKeyVolume(c *slurmv1.SlurmCluster, name string) v1.Volume {
 }
 
 // keyWatchShell defines, for a daemon's script, keysum (a checksum of the key files in
-// $KEY_DIR, whichever exist, and of $WATCH_ALSO if set), startDaemon CMD... (runs CMD in
+// $KEY_DIR, whichever exist, and of $WATCH_ALSO if set: paths without spaces, globs
+// expanded), startDaemon CMD... (runs CMD in
 // the background as $pid, with the key files' checksum then in $keys), keysChanged NAME
 // RELOAD (whether they changed since, logged), reloadRaced and supervise RELOAD CMD...: it
 // runs CMD in the background, passes SIGTERM on, and every 5 s compares the key
@@ -62,7 +63,7 @@ func slurmKeyVolume(c *slurmv1.SlurmCluster, name string) v1.Volume {
 // as slurmctld's reconfigure at about the same time, and in the e2e test the second signal
 // ended slurmd (code 129) and so its container. Started again in place, it carries on as
 // the re-execution would have: its jobs run on in their slurmstepd.
-const keyWatchShell = `keysum() { cat "$KEY_DIR/slurm.key" "$KEY_DIR/slurm.jwks" "$KEY_DIR/jwt_hs256.key" ${WATCH_ALSO:+"$WATCH_ALSO"} 2>/dev/null | cksum; }
+const keyWatchShell = `keysum() { cat "$KEY_DIR/slurm.key" "$KEY_DIR/slurm.jwks" "$KEY_DIR/jwt_hs256.key" $WATCH_ALSO 2>/dev/null | cksum; }
 startDaemon() {
   keys=$(keysum)
   SLURM_SACK_JWKS=$KEY_DIR/slurm.jwks "$@" & pid=$!

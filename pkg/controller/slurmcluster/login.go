@@ -29,8 +29,6 @@ const (
 
 	componentLogin = "login"
 	loginSetLabel  = "slurm.kubeslurm.io/loginset"
-	// sssdConfPath is where a LoginSet's sssd.conf is mounted in its sssd container.
-	sssdConfPath = "/etc/sssd/sssd.conf"
 	// SSSDSecretDir holds every key of the sssd.conf's Secret in the sssd container: the
 	// directory's CA (ldap_tls_cacert = /etc/sssd/secret/ca.crt), a client certificate or
 	// a bind password file go in that Secret beside sssd.conf.
@@ -238,6 +236,16 @@ var sssdDirs = []struct{ volume, path string }{
 	{"sssd-db", "/var/lib/sss/db"},
 }
 
+// sssdScript runs sssd (daemon) on $SSSD_CONF, the sssd.conf among the Secret's files in
+// secretDir, and restarts it when any of those files changes (keyWatchShell, $WATCH_ALSO):
+// sssd reads its configuration and the directory's CA only when it starts. Its cache
+// (sssd-db) stays. sssd makes its private socket directory (under pipes) only where its
+// packaging did; the emptyDir starts empty.
+func sssdScript(secretDir, pipes, daemon string) string {
+	return "KEY_DIR=" + secretDir + "\nWATCH_ALSO=" + secretDir + "/*\n" + keyWatchShell +
+		"mkdir -p -m 0700 " + pipes + "/private\nsupervise restart " + daemon + ` --interactive --logger=stderr --config "$SSSD_CONF"` + "\n"
+}
+
 // addSSSD gives a login pod the users of a directory: an sssd container (the login image
 // has it) with the LoginSet's sssd.conf and the other keys of its Secret (SSSDSecretDir),
 // sharing its sockets with the login container, so `id alice`, `runuser -u alice --
@@ -251,10 +259,9 @@ func addSSSD(pod *v1.PodSpec, ref *v1.SecretKeySelector) {
 		// sssd refuses a configuration that is not root's and 0600.
 		SecretName: ref.Name, DefaultMode: ptr[int32](0o600),
 	}}})
-	mounts := []v1.VolumeMount{
-		{Name: "sssd", MountPath: sssdConfPath, SubPath: ref.Key, ReadOnly: true},
-		{Name: "sssd", MountPath: SSSDSecretDir, ReadOnly: true},
-	}
+	// sssd reads its sssd.conf from there, not from a subPath mount at its default place:
+	// a subPath mount never sees an edit of the Secret.
+	mounts := []v1.VolumeMount{{Name: "sssd", MountPath: SSSDSecretDir, ReadOnly: true}}
 	for _, dir := range sssdDirs {
 		pod.Volumes = append(pod.Volumes, v1.Volume{Name: dir.volume, VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}})
 		mounts = append(mounts, v1.VolumeMount{Name: dir.volume, MountPath: dir.path})
@@ -264,11 +271,10 @@ func addSSSD(pod *v1.PodSpec, ref *v1.SecretKeySelector) {
 	}
 	login := pod.Containers[0]
 	pod.Containers = append(pod.Containers, v1.Container{
-		Name:  "sssd",
-		Image: login.Image,
-		// sssd makes its private socket directory only where its packaging did; the
-		// emptyDir starts empty.
-		Command:      []string{"/bin/sh", "-c", "mkdir -p -m 0700 /var/lib/sss/pipes/private && exec /usr/sbin/sssd --interactive --logger=stderr"},
+		Name:         "sssd",
+		Image:        login.Image,
+		Command:      []string{"/bin/sh", "-c", sssdScript(SSSDSecretDir, sssdDirs[0].path, "/usr/sbin/sssd")},
+		Env:          []v1.EnvVar{{Name: "SSSD_CONF", Value: SSSDSecretDir + "/" + ref.Key}},
 		VolumeMounts: mounts,
 		// Ready once its name service responder listens: what the login container asks.
 		ReadinessProbe: &v1.Probe{

@@ -59,9 +59,10 @@ func TestLoginSetsFollowTheSpec(t *testing.T) {
 	sssd := spec.Containers[1]
 	assert.Equal(t, "sssd", sssd.Name)
 	assert.Equal(t, DefaultLoginImage, sssd.Image)
-	assert.Equal(t, []string{"/bin/sh", "-c", "mkdir -p -m 0700 /var/lib/sss/pipes/private && exec /usr/sbin/sssd --interactive --logger=stderr"}, sssd.Command)
+	assert.Equal(t, []string{"/bin/sh", "-c", sssdScript("/etc/sssd/secret", "/var/lib/sss/pipes", "/usr/sbin/sssd")}, sssd.Command)
+	assert.Equal(t, []v1.EnvVar{{Name: "SSSD_CONF", Value: "/etc/sssd/secret/conf"}}, sssd.Env,
+		"sssd.conf read where the Secret's edits arrive (no subPath mount)")
 	assert.Equal(t, []v1.VolumeMount{
-		{Name: "sssd", MountPath: "/etc/sssd/sssd.conf", SubPath: "conf", ReadOnly: true},
 		{Name: "sssd", MountPath: "/etc/sssd/secret", ReadOnly: true},
 		{Name: "sssd-pipes", MountPath: "/var/lib/sss/pipes"},
 		{Name: "sssd-mc", MountPath: "/var/lib/sss/mc"},
@@ -252,4 +253,43 @@ while :; do sleep 0.1; done
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, cmd.Wait(), out.String())
+}
+
+// sssd's script runs sssd on the Secret's sssd.conf and restarts it when a file of the
+// Secret changes (sssd reads its configuration and the CA only at start).
+func TestSSSDScriptRestartsOnSecretChange(t *testing.T) {
+	dir := t.TempDir()
+	secret, pipes := filepath.Join(dir, "secret"), filepath.Join(dir, "pipes")
+	require.NoError(t, os.MkdirAll(secret, 0o755))
+	write := func(name, content string) {
+		require.NoError(t, os.WriteFile(filepath.Join(secret, name), []byte(content), 0o600))
+	}
+	write("sssd.conf", "[sssd]\n")
+	write("ca.crt", "old CA")
+	daemon := filepath.Join(dir, "sssd")
+	// Logs its arguments at each start; ends on SIGTERM.
+	require.NoError(t, os.WriteFile(daemon, []byte("#!/bin/sh\ntrap 'exit 0' TERM\necho \"$*\" >>\"$LOG\"\nwhile :; do sleep 0.1; done\n"), 0o755))
+	run := startScript(t, dir, sssdScript(secret, pipes, daemon),
+		[]string{"LOG=" + filepath.Join(dir, "log"), "KEY_WATCH_SECONDS=0.2", "SSSD_CONF=" + filepath.Join(secret, "sssd.conf")})
+	starts := func() []string {
+		b, _ := os.ReadFile(filepath.Join(dir, "log"))
+		return strings.Split(strings.TrimSpace(string(b)), "\n")
+	}
+	waitStarts := func(n int) {
+		require.Eventually(t, func() bool { return len(starts()) >= n && starts()[0] != "" }, 10*time.Second, 50*time.Millisecond,
+			"starts: %q; stderr: %s", starts(), run.stderr())
+	}
+	waitStarts(1)
+	assert.Equal(t, "--interactive --logger=stderr --config "+filepath.Join(secret, "sssd.conf"), starts()[0])
+	info, err := os.Stat(filepath.Join(pipes, "private"))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o700), info.Mode().Perm())
+
+	write("ca.crt", "new CA")
+	waitStarts(2)
+	write("sssd.conf", "[sssd]\ndomains = lab\n")
+	waitStarts(3)
+	assert.Contains(t, run.stderr(), "sssd reads them again (restart)")
+	time.Sleep(time.Second)
+	assert.Len(t, starts(), 3, "no restart without a change")
 }
