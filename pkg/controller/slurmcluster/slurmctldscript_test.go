@@ -3,7 +3,9 @@ package slurmcluster
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -243,4 +245,24 @@ func TestSlurmctldScriptStartOnNewConfigurationReconfigures(t *testing.T) {
 		assert.Equal(t, 1, reconfigures(r), "the change's reconfigure alone")
 		assert.NotContains(t, r.stderr(), "to the workers")
 	})
+}
+
+// The script's diagnostic ours() lists this mount namespace's slurmctld processes, a
+// re-executed one too: it runs under its binary's own name (Debian's slurmctld-wlm, behind
+// the slurmctld link), not the name it was started by.
+func TestSlurmctldScriptOursFindsReexecutedSlurmctld(t *testing.T) {
+	ours := regexp.MustCompile(`(?s)\nours\(\) \{\n.*?\n\}\n`).FindString(slurmctldShell)
+	require.NotEmpty(t, ours, "ours() in slurmctldShell")
+	dir := t.TempDir()
+	binary := filepath.Join(dir, "slurmctld-wlm")
+	require.NoError(t, os.WriteFile(binary, []byte("#!/bin/sh\nwhile :; do sleep 0.1; done\n"), 0o755))
+	require.NoError(t, os.Symlink(binary, filepath.Join(dir, "slurmctld")))
+	for _, name := range []string{"slurmctld", "slurmctld-wlm"} {
+		cmd := exec.Command(filepath.Join(dir, name))
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		out, err := exec.Command("/bin/sh", "-c", "DAEMON="+filepath.Join(dir, "slurmctld")+ours+"ours").Output()
+		require.NoError(t, err)
+		assert.Contains(t, strings.Fields(string(out)), strconv.Itoa(cmd.Process.Pid), "started as %s", name)
+	}
 }
