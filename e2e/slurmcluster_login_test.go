@@ -208,7 +208,8 @@ func TestSlurmClusterLoginSSSD(t *testing.T) {
 	// An edit of the sssd.conf Secret reaches sssd, which reads its configuration only when
 	// it starts: its script restarts it, in the same container. (getent past the memory
 	// cache, which may hold the old answer for minutes.)
-	before := getPod(t, ns, login).Status.ContainerStatuses
+	loginPod := []daemon{{pod: login, uid: string(getPod(t, ns, login).UID)}}
+	before := restarts(t, ns, loginPod)
 	secret, err := kube.CoreV1().Secrets(ns).Get(ctx, "sssd-conf", metav1.GetOptions{})
 	require.NoError(t, err)
 	conf := string(secret.Data["sssd.conf"])
@@ -220,7 +221,7 @@ func TestSlurmClusterLoginSSSD(t *testing.T) {
 		out, _ = inLogin("/usr/bin/env", "SSS_NSS_USE_MEMCACHE=NO", "/usr/bin/getent", "passwd", "alice")
 		return strings.HasPrefix(out, "alice:*:20001:20000:") && strings.HasSuffix(strings.TrimSpace(out), ":/bin/bash")
 	})
-	assert.Equal(t, restartCounts(before), restartCounts(getPod(t, ns, login).Status.ContainerStatuses), "no container restarted")
+	assert.Equal(t, before, restarts(t, ns, loginPod), "no container restarted")
 
 	// alice's job checks, on the worker, that it runs as her uid and group.
 	out, err = inLogin("/usr/sbin/runuser", "-u", "alice", "--", "/usr/bin/sbatch", "--chdir", "/tmp", "--output", "/dev/null",
@@ -366,13 +367,4 @@ func waitClusterJobCompleted(t *testing.T, c *slurmv1.SlurmCluster, id string) s
 	})
 	assert.Equal(t, "COMPLETED", regexpField(show, "JobState"), show)
 	return show
-}
-
-// restartCounts are the containers' restart counts by name.
-func restartCounts(statuses []v1.ContainerStatus) map[string]int32 {
-	out := map[string]int32{}
-	for _, s := range statuses {
-		out[s.Name] = s.RestartCount
-	}
-	return out
 }
