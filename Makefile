@@ -75,9 +75,10 @@ e2e: up
 test: unit
 	@set -o pipefail; $(MAKE) e2e; rc=$$?; $(MAKE) down; exit $$rc
 
-## bench: scheduling-attempt cost at 100 and 5000 Slurm jobs
+## bench: scheduling-attempt cost at 100 and 5000 Slurm jobs; a SlurmCluster's reconcile at 100, 1000 and 5000 nodes
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/scheduler/...
+	$(GO) test -run '^$$' -bench ReconcileSteadyState -benchmem ./pkg/controller/slurmcluster/
 
 ## bench-e2e: lag of each direction (pod → bound, scancel → pod gone, drains) on the running local cluster, p50/p99;
 ## and, for pod groups of 8, 64 and 256 on 256 extra nodes, Slurm allocation → last member bound

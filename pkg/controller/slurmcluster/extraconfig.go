@@ -47,20 +47,30 @@ func (r *Reconciler) extraConfigFrom(ctx context.Context, c *slurmv1.SlurmCluste
 	return slurmconf.WithExtraConfigFrom(from, text), nil
 }
 
+// extraConfigFromField indexes SlurmClusters by the ConfigMap their spec.extraConfigFrom
+// names, so that a ConfigMap's change finds its clusters without listing the namespace's.
+const extraConfigFromField = "spec.extraConfigFrom.name"
+
+// extraConfigFromName is the extraConfigFromField index of a SlurmCluster.
+func extraConfigFromName(o client.Object) []string {
+	if ref := o.(*slurmv1.SlurmCluster).Spec.ExtraConfigFrom; ref != nil {
+		return []string{ref.Name}
+	}
+	return nil
+}
+
 // clustersReferencing queues the SlurmClusters of the ConfigMap's namespace whose
 // spec.extraConfigFrom names it.
 func (r *Reconciler) clustersReferencing(ctx context.Context, o client.Object) []reconcile.Request {
 	list := &slurmv1.SlurmClusterList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(o.GetNamespace())); err != nil {
+	if err := r.Client.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingFields{extraConfigFromField: o.GetName()}); err != nil {
 		log.FromContext(ctx).Error(err, "Listing SlurmClusters after a ConfigMap change; their configuration follows at the next resync",
 			"configMap", client.ObjectKeyFromObject(o))
 		return nil
 	}
-	var reqs []reconcile.Request
+	reqs := make([]reconcile.Request, 0, len(list.Items))
 	for _, c := range list.Items {
-		if ref := c.Spec.ExtraConfigFrom; ref != nil && ref.Name == o.GetName() {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
-		}
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
 	}
 	return reqs
 }

@@ -112,6 +112,9 @@ func (r *Reconciler) allClusters(ctx context.Context, _ client.Object) []reconci
 
 // SetupWithManager registers the reconciler; a change to a ConfigMap it made queues its cluster.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &slurmv1.SlurmCluster{}, extraConfigFromField, extraConfigFromName); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("slurmcluster").
 		For(&slurmv1.SlurmCluster{}).

@@ -26,18 +26,19 @@ import (
 )
 
 type fixture struct {
-	t        *testing.T
+	t        testing.TB
 	kube     client.Client
 	recorder *events.FakeRecorder
 	r        *Reconciler
 }
 
-func newFixture(t *testing.T, objs ...client.Object) *fixture {
+func newFixture(t testing.TB, objs ...client.Object) *fixture {
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	require.NoError(t, slurmv1.AddToScheme(scheme))
 	kube := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
 		WithStatusSubresource(&slurmv1.SlurmCluster{}).
+		WithIndex(&slurmv1.SlurmCluster{}, extraConfigFromField, extraConfigFromName).
 		WithInterceptorFuncs(interceptor.Funcs{Create: dryRunCreate}).Build()
 	rec := events.NewFakeRecorder(100)
 	return &fixture{t: t, kube: kube, recorder: rec, r: &Reconciler{Client: kube, Recorder: rec}}
