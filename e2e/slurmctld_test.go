@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -403,6 +404,36 @@ func TestSlurmClusterRunsSlurm(t *testing.T) {
 	assert.Equal(t, int32(0), c.Status.DesiredWorkers)
 }
 
+// waitRejectedBySlurmctld waits until c (refreshed) has ConfigApplied False for a
+// configuration slurmctld refused, calling each (if not nil) at every look; it returns the
+// condition.
+func waitRejectedBySlurmctld(t *testing.T, kc client.Client, c *slurmv1.SlurmCluster, timeout time.Duration, each func()) *metav1.Condition {
+	t.Helper()
+	var cond *metav1.Condition
+	eventually(t, timeout, "ConfigApplied False, RejectedBySlurmctld", func() bool {
+		if each != nil {
+			each()
+		}
+		if kc.Get(context.Background(), client.ObjectKeyFromObject(c), c) != nil {
+			return false
+		}
+		cond = meta.FindStatusCondition(c.Status.Conditions, slurmv1.ConditionConfigApplied)
+		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == slurmcluster.ReasonRejectedBySlurmctld
+	})
+	return cond
+}
+
+// waitFixedConfigApplied waits until c (refreshed) runs a configuration none of before
+// (the refused one, maybe the one applied then), nothing refused any more.
+func waitFixedConfigApplied(t *testing.T, kc client.Client, c *slurmv1.SlurmCluster, timeout time.Duration, before ...string) {
+	t.Helper()
+	eventually(t, timeout, "the fixed configuration applied", func() bool {
+		return kc.Get(context.Background(), client.ObjectKeyFromObject(c), c) == nil && !slices.Contains(before, c.Status.ConfigHash) &&
+			c.Status.AppliedConfigHash == c.Status.ConfigHash && c.Status.RejectedConfigHash == "" &&
+			meta.IsStatusConditionTrue(c.Status.Conditions, slurmv1.ConditionConfigApplied)
+	})
+}
+
 // rejectedByCtld is TestSlurmClusterRunsSlurm's part for a configuration slurmctld itself
 // refuses (issue 5, test 2): running is the id of a job running on the worker.
 func rejectedByCtld(t *testing.T, c *slurmv1.SlurmCluster, update func(func(*slurmv1.SlurmCluster)), squeue func() string, running string) {
@@ -422,16 +453,10 @@ func rejectedByCtld(t *testing.T, c *slurmv1.SlurmCluster, update func(func(*slu
 	start := time.Now()
 	update(func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "SchedulerType=sched/nonexistent" })
 	// slurmctld answers all along: each ping until the refusal is known must find it UP.
-	var cond *metav1.Condition
 	pings := 0
-	eventually(t, 180*time.Second, "ConfigApplied False, RejectedBySlurmctld", func() bool {
+	cond := waitRejectedBySlurmctld(t, kc, c, 180*time.Second, func() {
 		require.True(t, ping(), "slurmctld UP while it is told of a configuration it refuses")
 		pings++
-		if kc.Get(ctx, key, c) != nil {
-			return false
-		}
-		cond = meta.FindStatusCondition(c.Status.Conditions, slurmv1.ConditionConfigApplied)
-		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == slurmcluster.ReasonRejectedBySlurmctld
 	})
 	rejected := c.Status.ConfigHash
 	require.NotEqual(t, applied, rejected)
@@ -489,11 +514,7 @@ func rejectedByCtld(t *testing.T, c *slurmv1.SlurmCluster, update func(func(*slu
 	// A fixed spec: applied in place, and no longer rejected.
 	start = time.Now()
 	update(func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "SchedulerType=sched/builtin" })
-	eventually(t, 180*time.Second, "the fixed configuration applied", func() bool {
-		return kc.Get(ctx, key, c) == nil && c.Status.ConfigHash != rejected && c.Status.ConfigHash != applied &&
-			c.Status.AppliedConfigHash == c.Status.ConfigHash && c.Status.RejectedConfigHash == "" &&
-			meta.IsStatusConditionTrue(c.Status.Conditions, slurmv1.ConditionConfigApplied)
-	})
+	waitFixedConfigApplied(t, kc, c, 180*time.Second, rejected, applied)
 	t.Logf("fixed configuration %s applied %s after the spec change", c.Status.AppliedConfigHash, time.Since(start).Round(time.Second))
 	out, ok = slurmCommand(t, c, "/usr/bin/scontrol", "show", "config")
 	require.True(t, ok, out)
@@ -509,21 +530,13 @@ func rejectedByCtld(t *testing.T, c *slurmv1.SlurmCluster, update func(func(*slu
 // container not restarted), and a fixed spec starts slurmctld within seconds, without a
 // kubelet back-off.
 func TestSlurmClusterFirstConfigurationRefused(t *testing.T) {
-	ctx := context.Background()
 	startPodRunner(t)
 	ns := namespace(t)
 	kc := slurmClient(t)
 	key := client.ObjectKey{Namespace: ns, Name: "slurm"}
 	c := createLocalCluster(t, ns, func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "SchedulerType=sched/nonexistent" })
 	podName := slurmcluster.ControllerName(c) + "-0"
-	var cond *metav1.Condition
-	eventually(t, 120*time.Second, "ConfigApplied False, RejectedBySlurmctld", func() bool {
-		if kc.Get(ctx, key, c) != nil {
-			return false
-		}
-		cond = meta.FindStatusCondition(c.Status.Conditions, slurmv1.ConditionConfigApplied)
-		return cond != nil && cond.Reason == slurmcluster.ReasonRejectedBySlurmctld
-	})
+	cond := waitRejectedBySlurmctld(t, kc, c, 120*time.Second, nil)
 	rejected := c.Status.ConfigHash
 	assert.Contains(t, cond.Message, "slurmctld refused configuration "+rejected+": ")
 	assert.Contains(t, cond.Message, "fatal: Failed to initialize the various schedulers")
@@ -537,10 +550,7 @@ func TestSlurmClusterFirstConfigurationRefused(t *testing.T) {
 
 	start := time.Now()
 	updateCluster(t, kc, key, c, func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "SchedulerType=sched/builtin" })
-	eventually(t, 60*time.Second, "the fixed configuration applied", func() bool {
-		return kc.Get(ctx, key, c) == nil && c.Status.ConfigHash != rejected && c.Status.AppliedConfigHash == c.Status.ConfigHash &&
-			c.Status.RejectedConfigHash == "" && meta.IsStatusConditionTrue(c.Status.Conditions, slurmv1.ConditionConfigApplied)
-	})
+	waitFixedConfigApplied(t, kc, c, 60*time.Second, rejected)
 	t.Logf("slurmctld ran the fixed configuration %s after the spec change", time.Since(start).Round(time.Second))
 	c = waitSlurmClusterReady(t, ns, runnerNode)
 	out, ok := slurmCommand(t, c, "/usr/bin/scontrol", "show", "config")
@@ -548,6 +558,79 @@ func TestSlurmClusterFirstConfigurationRefused(t *testing.T) {
 	assert.Regexp(t, `(?m)^SchedulerType\s+= sched/builtin$`, out)
 	p = getPod(t, ns, podName)
 	assert.Equal(t, int32(0), p.Status.ContainerStatuses[0].RestartCount, "the same container")
+}
+
+// A configuration slurmctld accepts but hangs on: its SlurmctldPrimaryOnProg never ends,
+// and slurmctld runs it in the new process of the reconfigure, before that process takes
+// over; the running one waits for it and answers no request meanwhile. After
+// spec.controller.reconfigureTimeoutSeconds the script stops the new process (and the
+// program), slurmctld goes on with the configuration before, in the same pod, and the
+// configuration is refused with why; the running job is kept, and a fixed spec is taken.
+func TestSlurmClusterHungReconfigureStopped(t *testing.T) {
+	startPodRunner(t)
+	ns := namespace(t)
+	kc := slurmClient(t)
+	key := client.ObjectKey{Namespace: ns, Name: "slurm"}
+	// The program, in the Slurm root the pod runner runs slurmctld in (its /var/tmp is
+	// shared, not a container's own).
+	prog := "/var/tmp/kubeslurm-e2e-" + ns + "-hang.sh"
+	host := filepath.Join(runDir, "slurm-root", prog)
+	// Two processes name it: the program's shell, and a shell it starts (what the program
+	// started must go with it).
+	require.NoError(t, os.WriteFile(host, []byte("#!/bin/sh\n/bin/sh -c 'sleep 3600; :' \"$0\"\n"), 0o755))
+	t.Cleanup(func() { _ = os.Remove(host) })
+	running := func() []string { // the processes naming it
+		var out []string
+		dirs, _ := filepath.Glob("/proc/[0-9]*")
+		for _, d := range dirs {
+			if b, err := os.ReadFile(filepath.Join(d, "cmdline")); err == nil && strings.Contains(string(b), prog) {
+				out = append(out, filepath.Base(d))
+			}
+		}
+		return out
+	}
+	t.Cleanup(func() { // should the script not have stopped it
+		for _, p := range running() {
+			if pid, err := strconv.Atoi(p); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	createLocalCluster(t, ns, func(c *slurmv1.SlurmCluster) { c.Spec.Controller.ReconfigureTimeoutSeconds = 10 })
+	c := waitSlurmClusterReady(t, ns, runnerNode)
+	applied := c.Status.AppliedConfigHash
+	t.Cleanup(func() { slurmCommand(t, c, "/usr/bin/scancel", "--user=slurm") })
+	job := clusterSbatch(t, c, "--chdir", "/tmp", "--output", "/dev/null", "--wrap", "sleep 600")
+	squeue := func() string {
+		out, ok := slurmCommand(t, c, "/usr/bin/squeue", "-h", "-o", "%i %T %R")
+		require.True(t, ok, out)
+		return out
+	}
+	eventually(t, 60*time.Second, "job "+job+" running", func() bool { return strings.Contains(squeue(), job+" RUNNING "+runnerNode) })
+	podName := slurmcluster.ControllerName(c) + "-0"
+	ctld := getPod(t, ns, podName)
+
+	start := time.Now()
+	updateCluster(t, kc, key, c, func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "SlurmctldPrimaryOnProg=" + prog })
+	eventually(t, 60*time.Second, "slurmctld's reconfigure running the program", func() bool { return len(running()) == 2 })
+	cond := waitRejectedBySlurmctld(t, kc, c, 120*time.Second, nil)
+	hung := c.Status.ConfigHash
+	t.Logf("refused %s after the spec change: ConfigApplied: %s", time.Since(start).Round(time.Second), cond.Message)
+	assert.Contains(t, cond.Message, "slurmctld refused configuration "+hung+": ")
+	assert.Contains(t, cond.Message, "the reconfigure had not ended after 10 s (its last log line: _run_primary_prog: Running SlurmctldPrimaryOnProg): its new slurmctld process was stopped")
+	assert.Contains(t, cond.Message, "it runs configuration "+applied+" until the spec changes")
+	assert.Empty(t, running(), "the program stopped with the new slurmctld process")
+	out, ok := slurmCommand(t, c, "/usr/bin/scontrol", "show", "config")
+	require.True(t, ok, out)
+	assert.Regexp(t, `(?m)^SlurmctldPrimaryOnProg\s+= \(null\)$`, out, "slurmctld runs the configuration before")
+	assert.Contains(t, squeue(), job+" RUNNING "+runnerNode, "the running job survived")
+	now := getPod(t, ns, podName)
+	assert.Equal(t, ctld.UID, now.UID, "the same slurmctld pod")
+	assert.Zero(t, now.Status.ContainerStatuses[0].RestartCount, "the same container")
+
+	updateCluster(t, kc, key, c, func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "" })
+	waitFixedConfigApplied(t, kc, c, 60*time.Second, hung)
+	assert.Contains(t, squeue(), job+" RUNNING "+runnerNode)
 }
 
 // startedOnNewConfig is TestSlurmClusterRunsSlurm's part for a slurmctld pod that starts

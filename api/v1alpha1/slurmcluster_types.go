@@ -191,6 +191,15 @@ type ControllerSpec struct {
 	// StateStorage is the claim that holds StateSaveLocation across pod restarts.
 	// +optional
 	StateStorage StorageSpec `json:"stateStorage,omitempty"`
+	// ReconfigureTimeoutSeconds bounds a reconfigure: a new slurmctld process that has
+	// not taken over by then (one hung on the new configuration, while the running one
+	// answers no request) is killed, and slurmctld goes on with the configuration before,
+	// which is reported as refused. A change restarts slurmctld's pod (jobs kept).
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=3600
+	// +kubebuilder:default=120
+	// +optional
+	ReconfigureTimeoutSeconds int32 `json:"reconfigureTimeoutSeconds,omitempty"`
 	// Resources of the slurmctld container.
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`

@@ -3,6 +3,7 @@ package slurmcluster
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
@@ -94,6 +95,16 @@ func controllerService(c *slurmv1.SlurmCluster, svc *v1.Service) {
 	svc.Spec.Ports = []v1.ServicePort{{Name: componentSlurmctld, Port: controllerPort(c), TargetPort: intstr.FromInt32(controllerPort(c))}}
 }
 
+// DefaultReconfigureTimeoutSeconds is spec.controller.reconfigureTimeoutSeconds' default.
+const DefaultReconfigureTimeoutSeconds = 120
+
+func reconfigureTimeout(c *slurmv1.SlurmCluster) int32 {
+	if t := c.Spec.Controller.ReconfigureTimeoutSeconds; t > 0 {
+		return t
+	}
+	return DefaultReconfigureTimeoutSeconds
+}
+
 // controllerStatefulSet fills slurmctld's StatefulSet: one pod, its state on a claim that
 // outlives the pod (a new pod after a kill finds the jobs it knew). A new configuration
 // does not touch the template: slurmctld's script has slurmctld re-read it in place
@@ -129,6 +140,7 @@ func controllerStatefulSet(c *slurmv1.SlurmCluster, sts *appsv1.StatefulSet) err
 			Env: []v1.EnvVar{
 				{Name: "POD_NAME", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 				{Name: "POD_NAMESPACE", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+				{Name: "RECONFIGURE_TIMEOUT_SECONDS", Value: strconv.Itoa(int(reconfigureTimeout(c)))},
 			},
 			Ports:     []v1.ContainerPort{{Name: componentSlurmctld, ContainerPort: port}},
 			Resources: c.Spec.Controller.Resources,

@@ -66,6 +66,10 @@ func slurmctldScript(p slurmctldPaths) string {
 //     logged runs it; `reconfigure failed` logged means it refused it and runs on as it
 //     was, and the files before go back into $RUN/conf (a later SIGHUP, a key change's,
 //     must not read the refused ones).
+//   - a reconfigure that has not ended after $RECONFIGURE_TIMEOUT_SECONDS (120) is stopped:
+//     the new process (the running one's child; the running one waits for it and answers
+//     no request meanwhile) is killed with what it started, the running one goes on as it
+//     was ("reconfigure failed"), and the configuration is refused as above.
 //   - a change of the keys sends SIGHUP too (keyWatchShell): slurmctld reads them again.
 //   - the outcome goes onto the pod's annotations ($A_RUNNING: the hash slurmctld runs;
 //     $A_REFUSED, $A_REASON: the last hash it refused and its error and fatal lines), with
@@ -118,8 +122,36 @@ launch() {
     i=$((i + 1)); sleep 0.5
   done
 }
+# parentOf P: the parent process of P.
+parentOf() { s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; s=${s##*) }; set -- $s; echo "$2"; }
+# below P...: the processes under P... (their children, theirs, and so on).
+below() {
+  todo=" $* " found=
+  while [ "$todo" != " " ]; do
+    next=
+    for d in /proc/[0-9]*; do
+      case $todo in *" $(parentOf "${d#/proc/}") "*) next="$next ${d#/proc/}" ;; esac
+    done
+    found="$found$next"; todo="$next "
+  done
+  echo $found
+}
+# stopHung stops a reconfigure that has not ended in $RECONFIGURE_TIMEOUT_SECONDS: the
+# new slurmctld (a child of the running one, which waits for it and answers nothing
+# meanwhile) and what it started are killed; the running one then goes on as it was
+# ("reconfigure failed"). hung says why, for the refusal.
+stopHung() {
+  child=
+  for p in $(ours); do [ "$(parentOf "$p")" = "$old" ] && child="$child $p"; done
+  hung="the reconfigure had not ended after ${RECONFIGURE_TIMEOUT_SECONDS:-120} s (its last log line: $(since | tail -n 1 | sed 's/^\[[^]]*\] *//'))"
+  if [ -n "$child" ]; then
+    hung="$hung: its new slurmctld process was stopped"
+    kill -KILL $child $(below $child) 2>/dev/null
+  fi
+  say "$hung"
+}
 reconfigure() {
-  old=$(cat "$PIDFILE" 2>/dev/null); mark=$(($(wc -c <"$LOG") + 1)); gone=0
+  old=$(cat "$PIDFILE" 2>/dev/null); mark=$(($(wc -c <"$LOG") + 1)); gone=0 waited=0 hung=
   kill -HUP "$old" 2>/dev/null || return 2
   while :; do
     sleep 0.5
@@ -128,6 +160,8 @@ reconfigure() {
     [ "$new" != "$old" ] && alive "$new" && since | grep -q 'Running as primary controller' && return 0
     if alive "$old" || alive "$new"; then gone=0; else gone=$((gone + 1)); fi
     [ $gone -ge 4 ] && { say "no slurmctld after the SIGHUP: neither PID $old nor the PID file's '$new' runs (slurmctld processes here: $(ours))"; return 2; }
+    waited=$((waited + 1))
+    [ -z "$hung" ] && [ $waited -ge $((2 * ${RECONFIGURE_TIMEOUT_SECONDS:-120})) ] && stopHung
   done
 }
 esc() { sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/[[:cntrl:]]/ /g' | awk 'NR > 1 { printf "\\n" } { printf "%s", $0 }'; }
@@ -146,13 +180,15 @@ report() {
 }
 refuse() {
   refused=$1 reason=$(failure)
+  [ -n "$hung" ] && reason=$(printf '%s\n%s' "$reason" "$hung")
+  hung=
   say "slurmctld refused configuration $1: $(echo "$reason" | tail -n 1)"
 }
 end() {
   report; [ -n "$unreported" ] && { sleep 2; report; }
   sleep 1; kill "$tailpid" 2>/dev/null; exit "$1"
 }
-stopping= running= refused= reason= unreported=
+stopping= running= refused= reason= unreported= hung=
 trap 'stopping=1; kill -TERM "$(cat "$PIDFILE" 2>/dev/null)" 2>/dev/null' TERM INT
 mkdir -p "$RUN"; : >"$LOG"
 tail -F -n +1 "$LOG" >&2 2>/dev/null & tailpid=$!

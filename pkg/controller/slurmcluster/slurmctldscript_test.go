@@ -23,12 +23,18 @@ import (
 // "fatal" ends it at start with an error and a fatal line; otherwise it writes its PID file
 // (in $RUN, the parent of its configuration directory), logs the hash and key it read and
 // "Running as primary controller". On SIGHUP it reads its slurm.conf again: one holding
-// "refuse" is refused ("Resuming operation, reconfigure failed.", same process); another
-// is run by a new process that takes over the PID file, the old one ending. SIGTERM ends it.
+// "refuse" is refused ("Resuming operation, reconfigure failed.", same process); one holding
+// "hang" starts a new process that never takes over (as a hung SlurmctldPrimaryOnProg
+// makes it), and the running one waits for it, then goes on as it was; another is run by a
+// new process that takes over the PID file, the old one ending. SIGTERM ends it.
 const fakeSlurmctld = `#!/bin/sh
 if [ "$FAKE_DAEMON" != 1 ]; then FAKE_DAEMON=1 "$0" "$@" >/dev/null 2>&1 & exit 0; fi
 conf=$2 log=$4
 dir=$(dirname "$conf"); pidfile=$(dirname "$dir")/slurmctld.pid
+if [ "$FAKE_HANG" = 1 ]; then
+  echo "[t] _run_primary_prog: Running SlurmctldPrimaryOnProg" >>"$log"
+  sleep 1000 & echo $! >"$(dirname "$dir")/hang-sleep.pid"; wait; exit 0
+fi
 if grep -q fatal "$conf"; then echo "[t] error: bad \"thing\" \\ here" >>"$log"; echo "[t] fatal: cannot start" >>"$log"; exit 1; fi
 hup= 
 trap 'hup=1' HUP
@@ -43,6 +49,9 @@ while :; do
   echo "[t] Reconfigure signal (SIGHUP) received" >>"$log"
   if grep -q refuse "$conf"; then
     echo "[t] fatal: refused" >>"$log"; echo "[t] Resuming operation, reconfigure failed." >>"$log"
+  elif grep -q hang "$conf"; then
+    FAKE_HANG=1 "$0" "$@" & wait $!
+    echo "[t] Resuming operation, reconfigure failed." >>"$log"
   else
     "$0" "$@" & exit 0
   fi
@@ -77,8 +86,9 @@ func writeConf(t *testing.T, dir, content, hash, key string) {
 }
 
 // startSlurmctldScript runs slurmctld's script with fakeSlurmctld and fakeCurl, on
-// $top/etc/slurm (content, hash) and, if applied is not empty, $top/etc/slurm-applied.
-func startSlurmctldScript(t *testing.T, content, hash, applied, appliedHash string) *slurmctldRun {
+// $top/etc/slurm (content, hash) and, if applied is not empty, $top/etc/slurm-applied,
+// with env added to its environment.
+func startSlurmctldScript(t *testing.T, content, hash, applied, appliedHash string, env ...string) *slurmctldRun {
 	top := t.TempDir()
 	r := &slurmctldRun{conf: filepath.Join(top, "etc/slurm"), apply: filepath.Join(top, "etc/slurm-applied")}
 	writeConf(t, r.conf, content, hash, "k1")
@@ -91,9 +101,9 @@ func startSlurmctldScript(t *testing.T, content, hash, applied, appliedHash stri
 	require.NoError(t, os.WriteFile(filepath.Join(bin, "curl"), []byte(fakeCurl), 0o755))
 	paths := slurmctldPaths{Conf: r.conf, Applied: r.apply, Run: filepath.Join(top, "run"),
 		Daemon: filepath.Join(bin, "slurmctld"), ServiceAccount: filepath.Join(top, "sa")}
-	r.daemonRun = startScript(t, top, slurmctldScript(paths), []string{"PATH=" + bin + ":" + os.Getenv("PATH"), "RUN=" + paths.Run,
+	r.daemonRun = startScript(t, top, slurmctldScript(paths), append([]string{"PATH=" + bin + ":" + os.Getenv("PATH"), "RUN=" + paths.Run,
 		"CONFIG_POLL_SECONDS=0.2", "START_RETRY_SECONDS=0.2", "RESTART_SECONDS=1", "POD_NAME=slurm-controller-0", "POD_NAMESPACE=hpc",
-		"KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT=6443"}, "slurmctld")
+		"KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT=6443"}, env...), "slurmctld")
 	t.Cleanup(func() { // the daemon left the script's group
 		if b, err := os.ReadFile(filepath.Join(paths.Run, "slurmctld.pid")); err == nil {
 			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
@@ -175,6 +185,37 @@ func TestSlurmctldScriptReconfiguresInPlace(t *testing.T) {
 	assert.Equal(t, 0, r.exited())
 	assert.Contains(t, r.file("run/slurmctld.log"), "[t] terminated")
 	assert.Contains(t, r.stderr(), "Running as primary controller", "the log is followed onto stderr")
+}
+
+// A reconfigure that does not end (slurmctld's new process hung, the running one waiting
+// for it) is stopped after RECONFIGURE_TIMEOUT_SECONDS: the new process and what it
+// started are killed, slurmctld goes on as it was, and the configuration is refused with
+// why. A later configuration is taken as before.
+func TestSlurmctldScriptStopsAHungReconfigure(t *testing.T) {
+	r := startSlurmctldScript(t, "ok", "h1", "", "", "RECONFIGURE_TIMEOUT_SECONDS=1")
+	t.Cleanup(func() { // should the script not have stopped it; the hung process ends with it
+		if pid, err := strconv.Atoi(strings.TrimSpace(r.file("run/hang-sleep.pid"))); err == nil && pid > 0 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	r.waitReport("h1", "")
+	running := r.file("run/slurmctld.pid")
+
+	writeConf(t, r.conf, "hang", "h2", "")
+	got := r.waitReport("h1", "h2")
+	assert.Equal(t, "the reconfigure had not ended after 1 s (its last log line: _run_primary_prog: Running SlurmctldPrimaryOnProg): its new slurmctld process was stopped",
+		strings.TrimSpace(got[wellknown.SlurmctldRefusedReasonAnnotation]))
+	assert.Equal(t, running, r.file("run/slurmctld.pid"), "the same slurmctld runs on")
+	assert.Equal(t, "h1", r.file("run/conf/"+ConfigHashFile), "the files slurmctld runs are back")
+	sleeper, err := strconv.Atoi(strings.TrimSpace(r.file("run/hang-sleep.pid")))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return syscall.Kill(sleeper, 0) == syscall.ESRCH },
+		5*time.Second, 50*time.Millisecond, "what the hung process started is killed too")
+
+	writeConf(t, r.conf, "ok", "h3", "")
+	r.waitReport("h3", "h2")
+	require.NoError(t, r.cmd.Process.Signal(syscall.SIGTERM))
+	assert.Equal(t, 0, r.exited())
 }
 
 // A configuration slurmctld cannot start on (twice): refused, and slurmctld starts on the
