@@ -67,13 +67,18 @@ unit: helm
 	hack/generate.sh --check
 	$(GO) test ./pkg/... ./cmd/... ./deploy/...
 
-## e2e: end-to-end tests on the local cluster (brings it up if needed)
+## e2e: end-to-end tests on the local cluster (brings it up if needed); their output is
+## kept in .local/e2e.log
 e2e: up
-	$(GO) test -count=1 -timeout 70m -v ./e2e/...
+	set -o pipefail; $(GO) test -count=1 -timeout 70m -v ./e2e/... 2>&1 | tee .local/e2e.log
 
-## test: everything, unit to end-to-end; the cluster is taken down afterwards
+## test: everything, unit to end-to-end; the cluster is taken down afterwards, and when an
+## end-to-end test failed, which one and why is the last thing printed
 test: unit
-	@set -o pipefail; $(MAKE) e2e; rc=$$?; $(MAKE) down; exit $$rc
+	@rm -f .local/e2e.log; $(MAKE) e2e; rc=$$?; $(MAKE) down; \
+	if [ $$rc -ne 0 ] && [ -f .local/e2e.log ]; then \
+		echo "==> failed end-to-end tests (whole output: .local/e2e.log)"; hack/test-failures.sh .local/e2e.log; \
+	fi; exit $$rc
 
 ## bench: scheduling-attempt cost at 100 and 5000 Slurm jobs; a SlurmCluster's reconcile at 100, 1000 and 5000 nodes
 bench:
