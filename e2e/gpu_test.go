@@ -116,15 +116,16 @@ func gpuPodsGetTheirSlurmGPUIndices(t *testing.T, st stack, ns string) {
 	for _, name := range []string{"gpu-a", "gpu-b"} {
 		p := waitBound(t, ns, name, 60*time.Second)
 		require.Equal(t, node, p.Spec.NodeName)
-		eventually(t, 30*time.Second, name+" annotated with its GPU indices", func() bool {
+		// Two writes: the annotation, then the condition (the pod's status).
+		var c *v1.PodCondition
+		eventually(t, 30*time.Second, name+" annotated with its GPU indices, and its SlurmJob condition naming some", func() bool {
 			p = getPod(t, ns, name)
-			return p.Annotations[wellknown.GPUIndicesAnnotation] != ""
+			c = podConditionOf(p, wellknown.SlurmJobCondition)
+			return p.Annotations[wellknown.GPUIndicesAnnotation] != "" && c != nil && strings.Contains(c.Message, " with GPU indices ")
 		})
 		idx := p.Annotations[wellknown.GPUIndicesAnnotation]
 		assert.Len(t, strings.Split(idx, ","), 2, idx)
 		assert.Equal(t, gresIndices(t, st, jobIDOf(t, p)), idx, "the annotation says what scontrol says")
-		c := podConditionOf(p, wellknown.SlurmJobCondition)
-		require.NotNil(t, c)
 		assert.Contains(t, c.Message, "with GPU indices "+idx)
 		t.Logf("%s: job %d, GPU indices %s", name, jobIDOf(t, p), idx)
 		all = append(all, strings.Split(idx, ",")...)
