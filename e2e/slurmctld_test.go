@@ -565,7 +565,9 @@ func TestSlurmClusterFirstConfigurationRefused(t *testing.T) {
 // over; the running one waits for it and answers no request meanwhile. After
 // spec.controller.reconfigureTimeoutSeconds the script stops the new process (and the
 // program), slurmctld goes on with the configuration before, in the same pod, and the
-// configuration is refused with why; the running job is kept, and a fixed spec is taken.
+// configuration is refused with why; the running job is kept. A new slurmctld pod
+// meanwhile starts on that configuration, hangs before it answers anything, and is stopped
+// the same way, slurmctld starting on the configuration before. A fixed spec is taken.
 func TestSlurmClusterHungReconfigureStopped(t *testing.T) {
 	startPodRunner(t)
 	ns := namespace(t)
@@ -627,6 +629,29 @@ func TestSlurmClusterHungReconfigureStopped(t *testing.T) {
 	now := getPod(t, ns, podName)
 	assert.Equal(t, ctld.UID, now.UID, "the same slurmctld pod")
 	assert.Zero(t, now.Status.ContainerStatuses[0].RestartCount, "the same container")
+
+	// A new slurmctld pod while that configuration is refused starts slurmctld on it (the
+	// refusal of a reconfigure does not say the start fails). slurmctld hangs in the program
+	// before it answers anything, is stopped after the timeout with the program, and starts
+	// on the configuration before (the kept ConfigMap); the job is kept.
+	require.NoError(t, kube.CoreV1().Pods(ns).Delete(context.Background(), podName, metav1.DeleteOptions{}))
+	start = time.Now()
+	eventually(t, 180*time.Second, "a new slurmctld pod on configuration "+applied+", its start on "+hung+" stopped", func() bool {
+		p, err := kube.CoreV1().Pods(ns).Get(context.Background(), podName, metav1.GetOptions{})
+		return err == nil && p.UID != ctld.UID && p.Annotations[wellknown.SlurmctldConfigAnnotation] == applied &&
+			strings.Contains(p.Annotations[wellknown.SlurmctldRefusedReasonAnnotation], "slurmctld had not answered 10 s after its start")
+	})
+	t.Logf("slurmctld runs configuration %s %s after the pod's deletion", applied, time.Since(start).Round(time.Second))
+	assert.Empty(t, running(), "the program stopped with slurmctld")
+	assert.Contains(t, squeue(), job+" RUNNING "+runnerNode, "the running job survived")
+	eventually(t, 60*time.Second, "ConfigApplied saying why the start was stopped", func() bool {
+		if kc.Get(context.Background(), key, c) != nil {
+			return false
+		}
+		cond := meta.FindStatusCondition(c.Status.Conditions, slurmv1.ConditionConfigApplied)
+		return cond != nil && cond.Reason == slurmcluster.ReasonRejectedBySlurmctld &&
+			strings.Contains(cond.Message, "slurmctld had not answered 10 s after its start (its last log line: _run_primary_prog: Running SlurmctldPrimaryOnProg): it was stopped")
+	})
 
 	updateCluster(t, kc, key, c, func(c *slurmv1.SlurmCluster) { c.Spec.ExtraConfig = "" })
 	waitFixedConfigApplied(t, kc, c, 60*time.Second, hung)

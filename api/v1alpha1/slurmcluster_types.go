@@ -194,7 +194,9 @@ type ControllerSpec struct {
 	// ReconfigureTimeoutSeconds bounds a reconfigure: a new slurmctld process that has
 	// not taken over by then (one hung on the new configuration, while the running one
 	// answers no request) is killed, and slurmctld goes on with the configuration before,
-	// which is reported as refused. A change restarts slurmctld's pod (jobs kept).
+	// which is reported as refused. It bounds a start too: a slurmctld that has not
+	// answered a ping by then is killed, and started on the configuration before. A change
+	// restarts slurmctld's pod (jobs kept).
 	// +kubebuilder:validation:Minimum=10
 	// +kubebuilder:validation:Maximum=3600
 	// +kubebuilder:default=120

@@ -50,9 +50,12 @@ func slurmctldScript(p slurmctldPaths) string {
 //
 //   - start: slurmctld daemonizes (its foreground process exits 0 even when the
 //     configuration is fatal), so the start is judged by its log (`Running as primary
-//     controller`, or `fatal:`) and its PID file. A start that fails is tried once more
-//     5 s later (a passing cause: its host name not yet in DNS); failing again, the
-//     configuration is refused, and slurmctld starts on $APPLIED's if that is another
+//     controller`, or `fatal:`) and its PID file, then by its answer to `scontrol ping`:
+//     after that line it runs SlurmctldPrimaryOnProg and answers nothing until the
+//     program ends, so one that has not answered after $RECONFIGURE_TIMEOUT_SECONDS is
+//     stopped with what it started. A start that fails otherwise is tried once more
+//     5 s later (a passing cause: its host name not yet in DNS); failing again, or hung,
+//     the configuration is refused, and slurmctld starts on $APPLIED's if that is another
 //     one. Otherwise (nothing kept: a cluster's first configuration) the script reports
 //     the refusal and starts again as soon as $CONF's files change, or $RESTART_SECONDS
 //     (60) later for a passing cause: no kubelet back-off between a fixed spec and
@@ -78,7 +81,7 @@ func slurmctldScript(p slurmctldPaths) string {
 //     ended by itself (1). The log, in $RUN, is followed onto stderr and emptied past
 //     64 MiB.
 const slurmctldShell = `WORK=$RUN/conf LOG=$RUN/slurmctld.log PIDFILE=$RUN/slurmctld.pid
-POLL=${CONFIG_POLL_SECONDS:-2}
+POLL=${CONFIG_POLL_SECONDS:-2} TIMEOUT=${RECONFIGURE_TIMEOUT_SECONDS:-120}
 say() { echo "kubeslurm: $*" >&2; }
 conffiles() {
   for f in "$1"/*; do
@@ -110,12 +113,15 @@ ours() {
     [ "$(readlink "$p/ns/mnt" 2>/dev/null)" = "$me" ] && printf '%s ' "${p#/proc/}"
   done
 }
+lastLine() { since | tail -n 1 | sed 's/^\[[^]]*\] *//'; }
+# launch starts slurmctld on $WORK's files: 0 when it answers, 1 when it failed to start,
+# 2 when it hung (answers).
 launch() {
-  rm -f "$PIDFILE"; mark=$(($(wc -c <"$LOG") + 1)); keys=$(keysum)
+  rm -f "$PIDFILE"; mark=$(($(wc -c <"$LOG") + 1)); keys=$(keysum) hung=
   SLURM_SACK_JWKS=$CONF/slurm.jwks "$DAEMON" -f "$WORK/slurm.conf" -L "$LOG" || return 1
   i=0
   while :; do
-    since | grep -q 'Running as primary controller' && return 0
+    since | grep -q 'Running as primary controller' && { answers; return; }
     since | grep -q 'fatal:' && return 1
     pid=$(cat "$PIDFILE" 2>/dev/null)
     if [ -n "$pid" ]; then alive "$pid" || return 1; elif [ $i -ge 60 ]; then return 1; fi
@@ -136,6 +142,29 @@ below() {
   done
   echo $found
 }
+# answers waits until slurmctld, started, answers a ping: after "Running as primary
+# controller" it runs SlurmctldPrimaryOnProg, answering no request until that ends. One
+# that has not answered after $TIMEOUT s is stopped with what it started (2); hung says
+# why. The ping goes to 127.0.0.1, from a copy of slurm.conf naming it as SlurmctldHost's
+# address: the Service's DNS name need not resolve yet. Without scontrol in the image, the
+# log's line is all there is to judge by.
+answers() {
+  command -v scontrol >/dev/null || { say "no scontrol here: slurmctld's start is judged by its log alone"; return 0; }
+  ping=$RUN/ping; rm -rf "$ping"; mkdir -p "$ping"
+  sed 's/^\(SlurmctldHost=[^(]*\)(.*)$/\1(127.0.0.1)/' "$WORK/slurm.conf" >"$ping/slurm.conf"
+  for k in slurm.key slurm.jwks jwt_hs256.key; do [ -e "$CONF/$k" ] && ln -s "$CONF/$k" "$ping/$k"; done
+  t0=$(date +%s)
+  until SLURM_CONF=$ping/slurm.conf scontrol ping 2>/dev/null | grep -q ' is UP$'; do
+    [ -n "$stopping" ] && return 0
+    if [ $(($(date +%s) - t0)) -ge "$TIMEOUT" ]; then
+      hung="slurmctld had not answered $TIMEOUT s after its start (its last log line: $(lastLine)): it was stopped"
+      pid=$(cat "$PIDFILE" 2>/dev/null)
+      [ -n "$pid" ] && kill -KILL "$pid" $(below "$pid") 2>/dev/null
+      say "$hung"; return 2
+    fi
+    sleep 1 & wait $!
+  done
+}
 # stopHung stops a reconfigure that has not ended in $RECONFIGURE_TIMEOUT_SECONDS: the
 # new slurmctld (a child of the running one, which waits for it and answers nothing
 # meanwhile) and what it started are killed; the running one then goes on as it was
@@ -143,7 +172,7 @@ below() {
 stopHung() {
   child=
   for p in $(ours); do [ "$(parentOf "$p")" = "$old" ] && child="$child $p"; done
-  hung="the reconfigure had not ended after ${RECONFIGURE_TIMEOUT_SECONDS:-120} s (its last log line: $(since | tail -n 1 | sed 's/^\[[^]]*\] *//'))"
+  hung="the reconfigure had not ended after $TIMEOUT s (its last log line: $(lastLine))"
   if [ -n "$child" ]; then
     hung="$hung: its new slurmctld process was stopped"
     kill -KILL $child $(below $child) 2>/dev/null
@@ -161,7 +190,7 @@ reconfigure() {
     if alive "$old" || alive "$new"; then gone=0; else gone=$((gone + 1)); fi
     [ $gone -ge 4 ] && { say "no slurmctld after the SIGHUP: neither PID $old nor the PID file's '$new' runs (slurmctld processes here: $(ours))"; return 2; }
     waited=$((waited + 1))
-    [ -z "$hung" ] && [ $waited -ge $((2 * ${RECONFIGURE_TIMEOUT_SECONDS:-120})) ] && stopHung
+    [ -z "$hung" ] && [ $waited -ge $((2 * TIMEOUT)) ] && stopHung
   done
 }
 esc() { sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/[[:cntrl:]]/ /g' | awk 'NR > 1 { printf "\\n" } { printf "%s", $0 }'; }
@@ -207,10 +236,13 @@ settled() {
 keptOther() { kept=$(hashOf "$APPLIED"); [ -f "$APPLIED/slurm.conf" ] && [ "$kept" != "$1" ]; }
 start() {
   install "$CONF"; want=$(hashOf "$WORK"); tried=$(confsum "$CONF")
-  launch && return 0
-  say "slurmctld did not start on configuration $want: trying again in ${START_RETRY_SECONDS:-5} s"
-  sleep "${START_RETRY_SECONDS:-5}"
-  launch && return 0
+  launch; rc=$?
+  [ $rc = 0 ] && return 0
+  if [ $rc = 1 ]; then # not hung: maybe a passing cause
+    say "slurmctld did not start on configuration $want: trying again in ${START_RETRY_SECONDS:-5} s"
+    sleep "${START_RETRY_SECONDS:-5}"
+    launch && return 0
+  fi
   refuse "$want"
   keptOther "$want" || return 1
   install "$APPLIED"; say "starting slurmctld on configuration $kept, the one it ran before"

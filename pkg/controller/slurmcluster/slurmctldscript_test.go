@@ -22,7 +22,9 @@ import (
 // started, it daemonizes (the foreground exits 0 whatever follows); a slurm.conf holding
 // "fatal" ends it at start with an error and a fatal line; otherwise it writes its PID file
 // (in $RUN, the parent of its configuration directory), logs the hash and key it read and
-// "Running as primary controller". On SIGHUP it reads its slurm.conf again: one holding
+// "Running as primary controller", and then answers pings ($RUN/up names it, for
+// fakeScontrolPing) unless its slurm.conf holds "hangstart": then it runs a program that never
+// ends and answers nothing (as a hung SlurmctldPrimaryOnProg makes it). On SIGHUP it reads its slurm.conf again: one holding
 // "refuse" is refused ("Resuming operation, reconfigure failed.", same process); one holding
 // "hang" starts a new process that never takes over (as a hung SlurmctldPrimaryOnProg
 // makes it), and the running one waits for it, then goes on as it was; another is run by a
@@ -42,6 +44,11 @@ trap 'echo "[t] terminated" >>"$log"; exit 0' TERM
 echo $$ >"$pidfile"
 echo "[t] started $(cat "$dir/kubeslurm-config-hash") key=$(cat "$dir/slurm.key")" >>"$log"
 echo "[t] Running as primary controller" >>"$log"
+if grep -q hangstart "$conf"; then
+  echo "[t] _run_primary_prog: Running SlurmctldPrimaryOnProg" >>"$log"
+  sleep 1000 & echo $! >"$(dirname "$dir")/hang-sleep.pid"; wait
+fi
+echo $$ >"$(dirname "$dir")/up"
 while :; do
   sleep 0.1
   [ -n "$hup" ] || continue
@@ -56,6 +63,17 @@ while :; do
     "$0" "$@" & exit 0
   fi
 done
+`
+
+// fakeScontrolPing answers `scontrol ping` as slurmctld would: UP while the fakeSlurmctld
+// process $RUN/up names runs. It takes the ping's slurm.conf ($SLURM_CONF, in a directory
+// of $RUN) only if it sends the ping to 127.0.0.1.
+const fakeScontrolPing = `#!/bin/sh
+[ "$1" = ping ] || exit 2
+grep -q '^SlurmctldHost=slurm-controller-0(127.0.0.1)$' "$SLURM_CONF" || { echo "ping not sent to 127.0.0.1" >&2; exit 1; }
+pid=$(cat "$(dirname "$(dirname "$SLURM_CONF")")/up" 2>/dev/null)
+if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then echo "Slurmctld(primary) at slurm-controller-0 is UP"; exit 0; fi
+echo "Slurmctld(primary) at slurm-controller-0 is DOWN"; exit 1
 `
 
 // fakeCurl keeps the body of each request (--data-binary) as a line of $RUN/../curl.log,
@@ -74,11 +92,12 @@ type slurmctldRun struct {
 	conf, apply string
 }
 
-// writeConf writes dir's configuration: slurm.conf with content, its hash file and (if
-// key is not empty) slurm.key.
+// writeConf writes dir's configuration: slurm.conf with SlurmctldHost and content, its
+// hash file and (if key is not empty) slurm.key.
 func writeConf(t *testing.T, dir, content, hash, key string) {
 	require.NoError(t, os.MkdirAll(dir, 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "slurm.conf"), []byte(content), 0o644))
+	conf := "SlurmctldHost=slurm-controller-0(slurm-controller-0.slurm-controller.hpc.svc)\n" + content + "\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "slurm.conf"), []byte(conf), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, ConfigHashFile), []byte(hash), 0o644))
 	if key != "" {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "slurm.key"), []byte(key), 0o600))
@@ -99,19 +118,39 @@ func startSlurmctldScript(t *testing.T, content, hash, applied, appliedHash stri
 	require.NoError(t, os.MkdirAll(bin, 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(bin, "slurmctld"), []byte(fakeSlurmctld), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(bin, "curl"), []byte(fakeCurl), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "scontrol"), []byte(fakeScontrolPing), 0o755))
 	paths := slurmctldPaths{Conf: r.conf, Applied: r.apply, Run: filepath.Join(top, "run"),
 		Daemon: filepath.Join(bin, "slurmctld"), ServiceAccount: filepath.Join(top, "sa")}
 	r.daemonRun = startScript(t, top, slurmctldScript(paths), append([]string{"PATH=" + bin + ":" + os.Getenv("PATH"), "RUN=" + paths.Run,
 		"CONFIG_POLL_SECONDS=0.2", "START_RETRY_SECONDS=0.2", "RESTART_SECONDS=1", "POD_NAME=slurm-controller-0", "POD_NAMESPACE=hpc",
 		"KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT=6443"}, env...), "slurmctld")
-	t.Cleanup(func() { // the daemon left the script's group
-		if b, err := os.ReadFile(filepath.Join(paths.Run, "slurmctld.pid")); err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
+	t.Cleanup(func() { // the daemon left the script's group; so did a hung one's program
+		for _, f := range []string{"slurmctld.pid", "hang-sleep.pid"} {
+			if b, err := os.ReadFile(filepath.Join(paths.Run, f)); err == nil {
+				if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
 			}
 		}
 	})
 	return r
+}
+
+// waitHangStopped waits until the program a hung fakeSlurmctld ran has been killed.
+func (r *slurmctldRun) waitHangStopped() {
+	sleeper, err := strconv.Atoi(strings.TrimSpace(r.file("run/hang-sleep.pid")))
+	require.NoError(r.t, err, "a hung slurmctld's program ran")
+	require.Eventually(r.t, func() bool { return syscall.Kill(sleeper, 0) == syscall.ESRCH },
+		5*time.Second, 50*time.Millisecond, "the program a hung slurmctld ran is killed")
+}
+
+// takesNextAndEnds checks that a later configuration (hash next) is run, refused still
+// reported, and that SIGTERM ends the script 0.
+func (r *slurmctldRun) takesNextAndEnds(next, refused string) {
+	writeConf(r.t, r.conf, "ok", next, "")
+	r.waitReport(next, refused)
+	require.NoError(r.t, r.cmd.Process.Signal(syscall.SIGTERM))
+	assert.Equal(r.t, 0, r.exited())
 }
 
 // reports are the annotations of every report the script made.
@@ -193,11 +232,6 @@ func TestSlurmctldScriptReconfiguresInPlace(t *testing.T) {
 // why. A later configuration is taken as before.
 func TestSlurmctldScriptStopsAHungReconfigure(t *testing.T) {
 	r := startSlurmctldScript(t, "ok", "h1", "", "", "RECONFIGURE_TIMEOUT_SECONDS=1")
-	t.Cleanup(func() { // should the script not have stopped it; the hung process ends with it
-		if pid, err := strconv.Atoi(strings.TrimSpace(r.file("run/hang-sleep.pid"))); err == nil && pid > 0 {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	})
 	r.waitReport("h1", "")
 	running := r.file("run/slurmctld.pid")
 
@@ -207,15 +241,22 @@ func TestSlurmctldScriptStopsAHungReconfigure(t *testing.T) {
 		strings.TrimSpace(got[wellknown.SlurmctldRefusedReasonAnnotation]))
 	assert.Equal(t, running, r.file("run/slurmctld.pid"), "the same slurmctld runs on")
 	assert.Equal(t, "h1", r.file("run/conf/"+ConfigHashFile), "the files slurmctld runs are back")
-	sleeper, err := strconv.Atoi(strings.TrimSpace(r.file("run/hang-sleep.pid")))
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return syscall.Kill(sleeper, 0) == syscall.ESRCH },
-		5*time.Second, 50*time.Millisecond, "what the hung process started is killed too")
+	r.waitHangStopped()
+	r.takesNextAndEnds("h3", "h2")
+}
 
-	writeConf(t, r.conf, "ok", "h3", "")
-	r.waitReport("h3", "h2")
-	require.NoError(t, r.cmd.Process.Signal(syscall.SIGTERM))
-	assert.Equal(t, 0, r.exited())
+// A start that slurmctld does not answer after (here) 1 s, its SlurmctldPrimaryOnProg hung:
+// slurmctld is stopped with the program, at once, not tried again, the configuration is
+// refused with why, and slurmctld starts on the kept one.
+func TestSlurmctldScriptStopsAHungStart(t *testing.T) {
+	r := startSlurmctldScript(t, "hangstart", "h2", "ok", "h1", "RECONFIGURE_TIMEOUT_SECONDS=1")
+	got := r.waitReport("h1", "h2")
+	assert.Equal(t, "slurmctld had not answered 1 s after its start (its last log line: _run_primary_prog: Running SlurmctldPrimaryOnProg): it was stopped",
+		strings.TrimSpace(got[wellknown.SlurmctldRefusedReasonAnnotation]))
+	assert.Equal(t, 1, strings.Count(r.file("run/slurmctld.log"), "started h2"), "a hang is not tried again")
+	assert.Equal(t, "h1", r.file("run/conf/"+ConfigHashFile))
+	r.waitHangStopped()
+	r.takesNextAndEnds("h3", "h2")
 }
 
 // A configuration slurmctld cannot start on (twice): refused, and slurmctld starts on the
@@ -230,10 +271,7 @@ func TestSlurmctldScriptStartRefused(t *testing.T) {
 		assert.Equal(t, "h1", r.file("run/conf/"+ConfigHashFile))
 		assert.NotContains(t, r.stderr(), "to the workers", "started on the kept configuration: nothing to send")
 
-		writeConf(t, r.conf, "ok", "h4", "")
-		r.waitReport("h4", "h3")
-		require.NoError(t, r.cmd.Process.Signal(syscall.SIGTERM))
-		assert.Equal(t, 0, r.exited())
+		r.takesNextAndEnds("h4", "h3")
 	})
 	// Nothing to go back to: the refusal is reported, slurmctld started again a while later
 	// (RESTART_SECONDS; twice each time) and at once when the files change; SIGTERM
