@@ -95,9 +95,10 @@ copyConf() {
   rm -rf "$2"; mkdir -p "$2"
   for f in $(conffiles "$1"); do cp "$f" "$2/"; done
 }
+# linkKeys links $CONF's key files into $1: Slurm reads them beside the slurm.conf it runs.
+linkKeys() { for k in slurm.key slurm.jwks jwt_hs256.key; do [ -e "$CONF/$k" ] && ln -s "$CONF/$k" "$1/$k"; done; }
 install() {
-  copyConf "$1" "$WORK.new"
-  for k in slurm.key slurm.jwks jwt_hs256.key; do [ -e "$CONF/$k" ] && ln -s "$CONF/$k" "$WORK.new/$k"; done
+  copyConf "$1" "$WORK.new"; linkKeys "$WORK.new"
   rm -rf "$WORK"; mv "$WORK.new" "$WORK"
 }
 since() { tail -c +"$mark" "$LOG"; }
@@ -152,7 +153,7 @@ answers() {
   command -v scontrol >/dev/null || { say "no scontrol here: slurmctld's start is judged by its log alone"; return 0; }
   ping=$RUN/ping; rm -rf "$ping"; mkdir -p "$ping"
   sed 's/^\(SlurmctldHost=[^(]*\)(.*)$/\1(127.0.0.1)/' "$WORK/slurm.conf" >"$ping/slurm.conf"
-  for k in slurm.key slurm.jwks jwt_hs256.key; do [ -e "$CONF/$k" ] && ln -s "$CONF/$k" "$ping/$k"; done
+  linkKeys "$ping"
   t0=$(date +%s)
   until SLURM_CONF=$ping/slurm.conf scontrol ping 2>/dev/null | grep -q ' is UP$'; do
     [ -n "$stopping" ] && return 0

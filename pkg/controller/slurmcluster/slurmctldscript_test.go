@@ -23,8 +23,9 @@ import (
 // "fatal" ends it at start with an error and a fatal line; otherwise it writes its PID file
 // (in $RUN, the parent of its configuration directory), logs the hash and key it read and
 // "Running as primary controller", and then answers pings ($RUN/up names it, for
-// fakeScontrolPing) unless its slurm.conf holds "hangstart": then it runs a program that never
-// ends and answers nothing (as a hung SlurmctldPrimaryOnProg makes it). On SIGHUP it reads its slurm.conf again: one holding
+// fakeScontrolPing) unless its slurm.conf holds "hangstart": then it runs a program that
+// never ends and answers nothing (as a hung SlurmctldPrimaryOnProg makes it). On SIGHUP it
+// reads its slurm.conf again: one holding
 // "refuse" is refused ("Resuming operation, reconfigure failed.", same process); one holding
 // "hang" starts a new process that never takes over (as a hung SlurmctldPrimaryOnProg
 // makes it), and the running one waits for it, then goes on as it was; another is run by a
