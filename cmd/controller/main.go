@@ -41,6 +41,7 @@ type options struct {
 	jwtKeyFile      string
 	pollInterval    time.Duration
 	resyncPeriod    time.Duration
+	fullListPeriod  time.Duration
 	requestTimeout  time.Duration
 	schedulerName   string
 	metricsAddr     string
@@ -97,6 +98,8 @@ func newCommand() *cobra.Command {
 	f.StringVar(&o.jwtKeyFile, "slurm-jwt-key-file", "", "Slurm's auth/jwt key, used to mint the controller's tokens")
 	f.DurationVar(&o.pollInterval, "slurm-poll-interval", time.Second, "how often Slurm's jobs and nodes are read")
 	f.DurationVar(&o.resyncPeriod, "resync-period", 30*time.Second, "full reconcile of every placeholder job, as a safety net")
+	f.DurationVar(&o.fullListPeriod, "slurm-full-list-period", slurm.DefaultFullListPeriod,
+		"how often every Slurm job is listed in full, to find placeholder jobs by their pods; between listings only our jobs' states are read")
 	f.DurationVar(&o.requestTimeout, "slurm-request-timeout", 15*time.Second, "timeout of one slurmrestd request")
 	f.StringVar(&o.schedulerName, "scheduler-name", wellknown.SchedulerName, "schedulerName of the pods kubeslurm owns")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "metrics endpoint address (0 disables)")
@@ -190,7 +193,9 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	watcher := slurm.NewWatcher(slurmClient, o.pollInterval, o.resyncPeriod)
-	// The watcher runs under leader election with the controllers it feeds.
+	watcher.FullListPeriod = o.fullListPeriod
+	// The watcher runs under leader election with the controllers it feeds: a replica
+	// that is not the leader never reads Slurm.
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		watcher.Run(ctx)
 		return nil

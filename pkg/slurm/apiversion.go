@@ -4,12 +4,18 @@ package slurm
 // data_parser version means changing the imports and types here, nothing else.
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
 	api "github.com/SlinkyProject/slurm-client/api/v0044"
 	"github.com/SlinkyProject/slurm-client/pkg/types"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubeslurm/kubeslurm/pkg/slurmjob"
@@ -189,4 +195,100 @@ func undrainRequest() api.V0044UpdateNodeMsg {
 // `update nodename=X topology=...` does.
 func topologyRequest(topology string) api.V0044UpdateNodeMsg {
 	return api.V0044UpdateNodeMsg{TopologyStr: ptr.To(topology)}
+}
+
+// rawClient makes the reads slurm-client's object client lacks (a state read, and a
+// node listing since a time), with its generated API client.
+type rawClient interface {
+	jobStates(ctx context.Context, ids []int32, into map[int32]JobStatus) error
+	nodesSince(ctx context.Context, lastUpdate int64) (*NodeListing, error)
+}
+
+type generatedClient struct{ api *api.ClientWithResponses }
+
+func newRawClient(server string, httpClient *http.Client) (rawClient, error) {
+	c, err := api.NewClientWithResponses(server, api.WithHTTPClient(httpClient))
+	if err != nil {
+		return nil, err
+	}
+	return &generatedClient{api: c}, nil
+}
+
+// jobStateAnswer is slurmrestd's answer to GET jobs/state. Its OpenAPI description names
+// the full job record, but the answer holds an id and a state list a job (job_id is a
+// string, as array jobs have ids like "12_3").
+type jobStateAnswer struct {
+	Jobs []struct {
+		JobID json.RawMessage `json:"job_id"`
+		State []string        `json:"state"`
+	} `json:"jobs"`
+	Errors *api.V0044OpenapiErrors `json:"errors,omitempty"`
+}
+
+func (g *generatedClient) jobStates(ctx context.Context, ids []int32, into map[int32]JobStatus) error {
+	csv := make([]string, len(ids))
+	for i, id := range ids {
+		csv[i] = strconv.Itoa(int(id))
+	}
+	res, err := g.api.SlurmV0044GetJobsStateWithResponse(ctx, &api.SlurmV0044GetJobsStateParams{JobId: ptr.To(strings.Join(csv, ","))})
+	if err != nil {
+		return err
+	}
+	var answer jobStateAnswer
+	if err := json.Unmarshal(res.Body, &answer); err != nil && res.StatusCode() == http.StatusOK {
+		return fmt.Errorf("decoding job states: %w", err)
+	}
+	if res.StatusCode() != http.StatusOK {
+		return answerError(res.StatusCode(), answer.Errors)
+	}
+	for _, j := range answer.Jobs {
+		id, err := strconv.ParseInt(strings.Trim(string(j.JobID), `"`), 10, 32)
+		if err != nil {
+			continue // an array or heterogeneous job's id: never one of ours
+		}
+		base, flags := splitState(j.State)
+		into[int32(id)] = JobStatus{State: base, Flags: flags}
+	}
+	return nil
+}
+
+func (g *generatedClient) nodesSince(ctx context.Context, lastUpdate int64) (*NodeListing, error) {
+	params := &api.SlurmV0044GetNodesParams{}
+	if lastUpdate > 0 {
+		params.UpdateTime = ptr.To(strconv.FormatInt(lastUpdate, 10))
+	}
+	res, err := g.api.SlurmV0044GetNodesWithResponse(ctx, params)
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode() != http.StatusOK || res.JSON200 == nil {
+		var errs *api.V0044OpenapiErrors
+		if res.JSONDefault != nil {
+			errs = res.JSONDefault.Errors
+		}
+		return nil, answerError(res.StatusCode(), errs)
+	}
+	out := &NodeListing{LastUpdate: ptr.Deref(res.JSON200.LastUpdate.Number, 0)}
+	// slurmrestd answers an unchanged listing with no nodes (and a warning): no cluster
+	// has no nodes while we ask for a change since a time it gave us.
+	if lastUpdate > 0 && len(res.JSON200.Nodes) == 0 {
+		out.Unchanged = true
+		return out, nil
+	}
+	for i := range res.JSON200.Nodes {
+		out.Nodes = append(out.Nodes, nodeFromAPI(&apiNode{V0044Node: res.JSON200.Nodes[i]}))
+	}
+	return out, nil
+}
+
+// answerError shapes a non-200 answer as slurm-client reports one (its status text, then
+// Slurm's error descriptions), so classify reads both clients' failures alike.
+func answerError(code int, errs *api.V0044OpenapiErrors) error {
+	parts := []error{errors.New(http.StatusText(code))}
+	for _, e := range ptr.Deref(errs, nil) {
+		if e.Error != nil {
+			parts = append(parts, errors.New(*e.Error))
+		}
+	}
+	return utilerrors.NewAggregate(parts)
 }

@@ -14,12 +14,16 @@ import (
 
 // Operation names of the slurmrestd metrics (label "operation").
 const (
-	opSubmit     = "submit"
-	opCancel     = "cancel"
-	opNudge      = "nudge"
-	opGetJob     = "get_job"
-	opListJobs   = "list_jobs"
-	opListNodes  = "list_nodes"
+	opSubmit    = "submit"
+	opCancel    = "cancel"
+	opNudge     = "nudge"
+	opGetJob    = "get_job"
+	opListJobs  = "list_jobs"
+	opListNodes = "list_nodes"
+	// opJobStates is a state read of named jobs; opNodesSince a node listing asked only
+	// for a change (whether or not there was one).
+	opJobStates  = "job_states"
+	opNodesSince = "list_nodes_since"
 	opPing       = "ping"
 	opGetNode    = "get_node"
 	opDrainNode  = "drain_node"
@@ -30,7 +34,7 @@ const (
 )
 
 var operations = []string{
-	opSubmit, opCancel, opNudge, opGetJob, opListJobs, opListNodes, opPing, opGetNode, opDrainNode, opUndrain, opDeleteNode,
+	opSubmit, opCancel, opNudge, opGetJob, opListJobs, opJobStates, opListNodes, opNodesSince, opPing, opGetNode, opDrainNode, opUndrain, opDeleteNode,
 	opTopology, opReconfig,
 }
 
@@ -96,6 +100,16 @@ func (c *instrumented) GetJob(ctx context.Context, id int32) (*Job, error) {
 func (c *instrumented) ListJobs(ctx context.Context) ([]Job, error) {
 	l, err := c.next.ListJobs(ctx)
 	return l, observe(opListJobs, err)
+}
+
+func (c *instrumented) JobStates(ctx context.Context, ids []int32) (map[int32]JobStatus, error) {
+	m, err := c.next.JobStates(ctx, ids)
+	return m, observe(opJobStates, err)
+}
+
+func (c *instrumented) ListNodesSince(ctx context.Context, lastUpdate int64) (*NodeListing, error) {
+	l, err := c.next.ListNodesSince(ctx, lastUpdate)
+	return l, observe(opNodesSince, err)
 }
 
 func (c *instrumented) ListNodes(ctx context.Context) ([]Node, error) {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubeslurm/kubeslurm/pkg/slurm"
 	"github.com/kubeslurm/kubeslurm/pkg/slurm/slurmtest"
@@ -151,6 +153,7 @@ func TestWatcher(t *testing.T) {
 	ref := slurmjob.PodRef{Namespace: "ns", Name: "p", UID: "u1"}
 	job, err := f.Submit(ctx, slurmjob.JobSpec{Nodes: 1, CPUsPerNode: 1, Pods: []slurmjob.PodRef{ref}})
 	require.NoError(t, err)
+	w.Observe(job) // as the submitter does
 
 	changes = nil
 	require.NoError(t, w.Poll(ctx))
@@ -431,4 +434,128 @@ func TestWatcherReportsChangedNodes(t *testing.T) {
 	assert.Empty(t, changes)
 	_, ok = w.Node("n2")
 	assert.True(t, ok)
+}
+
+// A job of ours that this process neither submitted nor fetched (another replica's) is
+// found by the next full listing, not by reads of changes, which cost only our own jobs.
+func TestWatcherFindsOtherJobsByFullListing(t *testing.T) {
+	ctx := context.Background()
+	f := slurmtest.New("n1")
+	w := slurm.NewWatcher(f, time.Hour, time.Hour)
+	require.NoError(t, w.Poll(ctx))
+	job, err := f.Submit(ctx, slurmjob.JobSpec{Nodes: 1, CPUsPerNode: 1, Pods: []slurmjob.PodRef{{Namespace: "ns", Name: "p", UID: "u1"}}})
+	require.NoError(t, err)
+
+	require.NoError(t, w.Poll(ctx))
+	_, ok := w.Job(job.ID)
+	assert.False(t, ok, "a read of changes reads only the jobs already known")
+
+	f.Requests()
+	w.RequestFullListing()
+	before := time.Now()
+	require.NoError(t, w.Poll(ctx))
+	_, ok = w.Job(job.ID)
+	assert.True(t, ok, "found by the listing")
+	assert.True(t, w.ListedSince(before))
+	assert.Equal(t, 1, f.Requests()["list"], "one listing of the jobs")
+}
+
+// A job missing from a state read counts as gone only once a read of that job says so.
+func TestWatcherConfirmsGoneByDirectRead(t *testing.T) {
+	ctx := context.Background()
+	f := slurmtest.New("n1")
+	w := slurm.NewWatcher(f, time.Hour, time.Hour)
+	var gone []int32
+	w.OnChange(func(c slurm.Change) {
+		for _, j := range c.Jobs {
+			if j.Gone {
+				gone = append(gone, j.Job.ID)
+			}
+		}
+	})
+	require.NoError(t, w.Poll(ctx))
+	job, err := f.Submit(ctx, slurmjob.JobSpec{Nodes: 1, CPUsPerNode: 1, Pods: []slurmjob.PodRef{{Namespace: "ns", Name: "p", UID: "u1"}}})
+	require.NoError(t, err)
+	w.Observe(job)
+	require.NoError(t, w.Poll(ctx))
+
+	// A partial state read (the job left out): the direct read finds it, nothing is gone.
+	f.HideFromStateReads(job.ID)
+	f.Requests()
+	require.NoError(t, w.Poll(ctx))
+	assert.Empty(t, gone)
+	_, ok := w.Job(job.ID)
+	assert.True(t, ok)
+	assert.Equal(t, 1, f.Requests()["get"], "the missing job read directly")
+
+	// The direct read fails: the poll fails and changes nothing.
+	f.FailGets = true
+	assert.Error(t, w.Poll(ctx))
+	assert.Empty(t, gone)
+	f.FailGets = false
+
+	// Slurm forgot the job (purged after MinJobAge): the direct read says so, it is gone.
+	require.NoError(t, f.Purge(job.ID))
+	require.NoError(t, w.Poll(ctx))
+	assert.Equal(t, []int32{job.ID}, gone)
+	_, ok = w.Job(job.ID)
+	assert.False(t, ok)
+}
+
+// Between full listings, an unchanged queue of 10,000 sbatch jobs costs one state read of
+// our own jobs and one node read that finds no change, per poll; no listing, no job read.
+func TestUnchangedQueueCostsNoListing(t *testing.T) {
+	ctx := context.Background()
+	f := slurmtest.New("n1", "n2")
+	require.NoError(t, f.AddForeignJobs(10000))
+	w := slurm.NewWatcher(f, time.Hour, time.Hour)
+	w.PendingRefresh = time.Hour
+	require.NoError(t, w.Poll(ctx))
+	for i := 0; i < 3; i++ {
+		job, err := f.Submit(ctx, slurmjob.JobSpec{Nodes: 1, CPUsPerNode: 1, Pods: []slurmjob.PodRef{{Namespace: "ns", Name: "p" + strconv.Itoa(i), UID: types.UID("u" + strconv.Itoa(i))}}})
+		require.NoError(t, err)
+		w.Observe(job)
+	}
+	require.NoError(t, w.Poll(ctx))
+	f.Requests()
+
+	const polls = 10
+	for i := 0; i < polls; i++ {
+		require.NoError(t, w.Poll(ctx))
+	}
+	assert.Equal(t, map[string]int{"state": polls, "nodes_since": polls}, f.Requests())
+
+	// A change is read in full for that job alone.
+	require.NoError(t, f.Allocate(1+10000, "n1"))
+	require.NoError(t, w.Poll(ctx))
+	assert.Equal(t, map[string]int{"state": 1, "get": 1, "nodes_since": 1}, f.Requests())
+}
+
+// Pending jobs' records are read again now and then, for the reason Slurm gives them (a
+// state read has none), a bounded number a poll.
+func TestWatcherRefreshesPendingReason(t *testing.T) {
+	ctx := context.Background()
+	f := slurmtest.New("n1")
+	w := slurm.NewWatcher(f, time.Hour, time.Hour)
+	w.PendingRefresh = 0
+	require.NoError(t, w.Poll(ctx))
+	var ids []int32
+	for i := 0; i < 30; i++ {
+		job, err := f.Submit(ctx, slurmjob.JobSpec{Nodes: 1, CPUsPerNode: 1, Pods: []slurmjob.PodRef{{Namespace: "ns", Name: "p" + strconv.Itoa(i), UID: types.UID("u" + strconv.Itoa(i))}}})
+		require.NoError(t, err)
+		w.Observe(job)
+		ids = append(ids, job.ID)
+	}
+	for _, id := range ids {
+		require.NoError(t, f.SetState(id, "PENDING", "Resources"))
+	}
+	f.Requests()
+	require.NoError(t, w.Poll(ctx))
+	assert.Equal(t, 20, f.Requests()["get"], "at most 20 pending jobs a poll")
+	require.NoError(t, w.Poll(ctx))
+	for _, id := range ids {
+		j, ok := w.Job(id)
+		require.True(t, ok)
+		assert.Equal(t, "Resources", j.Reason, "job %d", id)
+	}
 }

@@ -248,3 +248,29 @@ func SanitizeReason(s string) string {
 	}
 	return out
 }
+
+// JobStatus is a job's state as slurmrestd's state read gives it: no reason, nodes or
+// identity, so it is a few bytes per job however large the job's full record is.
+type JobStatus struct {
+	State string
+	Flags []string
+}
+
+// statusOf is the part of a job that a state read can show.
+func statusOf(j *Job) JobStatus { return JobStatus{State: j.State, Flags: j.Flags} }
+
+func (s JobStatus) equal(o JobStatus) bool {
+	return s.State == o.State && slices.Equal(s.Flags, o.Flags)
+}
+
+// NodeListing is one read of Slurm's nodes that asked only for a change since an earlier
+// read (slurmrestd's update_time).
+type NodeListing struct {
+	// Unchanged is set when Slurm had no node change since the time asked for; Nodes is
+	// then empty and means nothing.
+	Unchanged bool
+	Nodes     []Node
+	// LastUpdate is Slurm's time of its last node change (its last_update), to ask with
+	// next; 0 when Slurm did not say.
+	LastUpdate int64
+}

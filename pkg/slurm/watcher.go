@@ -32,14 +32,29 @@ type JobChange struct {
 	Gone bool
 }
 
-// Watcher is the one shared view of Slurm: it polls slurmrestd on an interval (one list of
-// jobs and one of nodes per poll, whoever consumes it), keeps our placeholder jobs indexed
-// by job id and by pod UID, and tells subscribers what changed. A failed poll changes
-// nothing: cached state stays as last seen and Synced() stays as it was (fail closed).
+// Watcher is the one shared view of Slurm: it keeps our placeholder jobs indexed by job
+// id and by pod UID, and Slurm's nodes, and tells subscribers what changed.
+//
+// Its reads cost what changed, not what Slurm holds. A full listing of every job (which
+// at 10,000 queued sbatch jobs is about 100 MB that slurmctld packs under its job lock)
+// happens at the first poll and then every FullListPeriod, or when RequestFullListing
+// asks for one. Every other poll reads the state of our own jobs alone (a few bytes
+// each), the full record of only those whose state changed, and the nodes only when
+// Slurm says one changed. A job missing from a state read counts as gone only once a
+// read of that job says it is. A failed poll changes nothing: cached state stays as
+// last seen and Synced() stays as it was (fail closed).
 type Watcher struct {
 	client       Client
 	interval     time.Duration
 	resyncPeriod time.Duration
+	// FullListPeriod is how often every job is listed, to find jobs of ours that this
+	// process did not submit or fetch (another replica's, say). Set before Run.
+	FullListPeriod time.Duration
+	// PendingRefresh is how often a pending job's full record is read again, for the
+	// reason Slurm gives (a state read has none); at most maxRefreshPerPoll a poll.
+	PendingRefresh time.Duration
+	// MaxBackoff bounds the wait between failed polls.
+	MaxBackoff time.Duration
 
 	mu    sync.RWMutex
 	jobs  map[int32]*Job
@@ -50,20 +65,41 @@ type Watcher struct {
 	// observed records when Observe added a job, so a poll that was already under way
 	// (and so could not list it) does not drop it as gone.
 	observed map[int32]time.Time
-	nodes    map[string]Node
-	synced   bool
-	lastErr  error
-	handlers []func(Change)
-	lastFull time.Time
-	pollNow  chan struct{}
+	// readAt records when each job's full record was last read.
+	readAt map[int32]time.Time
+	nodes  map[string]Node
+	// nodesUpdate is Slurm's last_update of the nodes held.
+	nodesUpdate int64
+	synced      bool
+	lastErr     error
+	handlers    []func(Change)
+	lastFull    time.Time
+	// lastListing is when the last full listing that succeeded began.
+	lastListing time.Time
+	// listingWanted is set by RequestFullListing.
+	listingWanted bool
+	pollNow       chan struct{}
+	start         sync.Once
 }
 
-// NewWatcher returns a watcher polling every interval, with a full resync (every job
-// reported as changed) every resyncPeriod.
+// Defaults of the Watcher's tunables.
+const (
+	DefaultFullListPeriod = 5 * time.Minute
+	DefaultPendingRefresh = 10 * time.Second
+	DefaultMaxBackoff     = 30 * time.Second
+	// maxRefreshPerPoll bounds the pending jobs re-read in one poll, so a burst of
+	// thousands of pending pods costs a bounded number of reads a poll.
+	maxRefreshPerPoll = 20
+)
+
+// NewWatcher returns a watcher polling every interval, with every cached job reported
+// as changed every resyncPeriod (from the cache: no full listing).
 func NewWatcher(c Client, interval, resyncPeriod time.Duration) *Watcher {
 	return &Watcher{
 		client: c, interval: interval, resyncPeriod: resyncPeriod,
-		jobs: map[int32]*Job{}, byPod: map[types.UID]int32{}, byKey: map[string]map[int32]bool{}, byGroup: map[string]int32{}, observed: map[int32]time.Time{}, nodes: map[string]Node{},
+		FullListPeriod: DefaultFullListPeriod, PendingRefresh: DefaultPendingRefresh, MaxBackoff: DefaultMaxBackoff,
+		jobs: map[int32]*Job{}, byPod: map[types.UID]int32{}, byKey: map[string]map[int32]bool{}, byGroup: map[string]int32{},
+		observed: map[int32]time.Time{}, readAt: map[int32]time.Time{}, nodes: map[string]Node{},
 		pollNow: make(chan struct{}, 1),
 	}
 }
@@ -75,22 +111,54 @@ func (w *Watcher) OnChange(h func(Change)) {
 	w.handlers = append(w.handlers, h)
 }
 
-// Run polls until ctx ends.
+// Start runs the watcher in the background until ctx ends; later calls do nothing. A
+// scheduler replica calls it on its first scheduling cycle, which only the elected
+// leader runs, so a standby replica never reads Slurm.
+func (w *Watcher) Start(ctx context.Context) {
+	w.start.Do(func() { go w.Run(ctx) })
+}
+
+// Run polls until ctx ends. Failed polls are retried with exponential backoff up to
+// MaxBackoff, and logged when reading starts or stops failing, not on every attempt.
 func (w *Watcher) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithName("slurm-watcher")
-	t := time.NewTicker(w.interval)
-	defer t.Stop()
+	failures := 0
 	for {
-		if err := w.Poll(ctx); err != nil {
-			logger.Error(err, "Polling Slurm failed; keeping the last state seen")
+		err := w.Poll(ctx)
+		switch {
+		case err != nil && failures == 0:
+			logger.Error(err, "Reading Slurm failed; keeping the last state seen and retrying with backoff")
+		case err != nil:
+			logger.V(4).Info("Reading Slurm failed again", "failures", failures+1, "err", err)
+		case failures > 0:
+			logger.Info("Reading Slurm works again", "failedPolls", failures)
 		}
+		if err != nil {
+			failures++
+		} else {
+			failures = 0
+		}
+		t := time.NewTimer(Backoff(w.interval, w.MaxBackoff, failures))
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-t.C:
 		case <-w.pollNow:
+			t.Stop()
 		}
 	}
+}
+
+// Backoff is the wait before the next poll after failures failed polls in a row: the
+// interval, doubled for each failure, at most max.
+func Backoff(interval, limit time.Duration, failures int) time.Duration {
+	limit = max(interval, limit)
+	d := interval
+	for i := 0; i < failures && d < limit; i++ {
+		d *= 2
+	}
+	return min(d, limit)
 }
 
 // Trigger asks for a poll as soon as possible (after a submit or cancel, say).
@@ -101,31 +169,139 @@ func (w *Watcher) Trigger() {
 	}
 }
 
-// Poll lists jobs and nodes once and publishes the differences.
+// RequestFullListing makes the next poll list every job, as after a submit whose outcome
+// is unknown: only a listing can find a job Slurm accepted but never answered for.
+func (w *Watcher) RequestFullListing() {
+	w.mu.Lock()
+	w.listingWanted = true
+	w.mu.Unlock()
+	w.Trigger()
+}
+
+// ListedSince reports whether a full listing that began after t has succeeded.
+func (w *Watcher) ListedSince(t time.Time) bool {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return w.lastListing.After(t)
+}
+
+// Poll reads Slurm once, as a full listing or a read of changes, and publishes the
+// differences.
 func (w *Watcher) Poll(ctx context.Context) error {
 	started := time.Now()
-	jobs, err := w.client.ListJobs(ctx)
-	if err == nil {
-		var nodes []Node
-		nodes, err = w.client.ListNodes(ctx)
-		if err == nil {
-			w.apply(started, jobs, nodes)
-			return nil
-		}
+	w.mu.RLock()
+	full := !w.synced || w.listingWanted || started.Sub(w.lastListing) >= w.FullListPeriod
+	w.mu.RUnlock()
+	var err error
+	if full {
+		err = w.pollFull(ctx, started)
+	} else {
+		err = w.pollChanges(ctx, started)
 	}
-	w.mu.Lock()
-	w.lastErr = err
-	w.mu.Unlock()
+	if err != nil {
+		w.mu.Lock()
+		w.lastErr = err
+		w.mu.Unlock()
+	}
 	return err
 }
 
-func (w *Watcher) apply(started time.Time, list []Job, nodes []Node) {
+// pollFull lists every job and every node.
+func (w *Watcher) pollFull(ctx context.Context, started time.Time) error {
+	jobs, err := w.client.ListJobs(ctx)
+	if err != nil {
+		return err
+	}
+	nodes, err := w.client.ListNodesSince(ctx, 0)
+	if err != nil {
+		return err
+	}
+	w.apply(started, jobs, nodes)
+	return nil
+}
+
+// pollChanges reads the state of the cached jobs, the full record of those whose state
+// changed or that the state read lacks, of pending jobs due a refresh, and the nodes if
+// Slurm changed any. Nothing is applied unless every read succeeded.
+func (w *Watcher) pollChanges(ctx context.Context, started time.Time) error {
+	w.mu.RLock()
+	ids := make([]int32, 0, len(w.jobs))
+	known := make(map[int32]JobStatus, len(w.jobs))
+	var due []int32
+	for id, j := range w.jobs {
+		ids = append(ids, id)
+		known[id] = statusOf(j)
+		if j.State == StatePending && started.Sub(w.readAt[id]) >= w.PendingRefresh {
+			due = append(due, id)
+		}
+	}
+	nodesSince := w.nodesUpdate
+	w.mu.RUnlock()
+	slices.Sort(ids)
+	// The longest unrefreshed first, so every pending job gets its turn.
+	slices.SortFunc(due, func(a, b int32) int { return w.readTime(a).Compare(w.readTime(b)) })
+	due = due[:min(len(due), maxRefreshPerPoll)]
+
+	var states map[int32]JobStatus
+	if len(ids) > 0 {
+		var err error
+		if states, err = w.client.JobStates(ctx, ids); err != nil {
+			return err
+		}
+	}
+	read := map[int32]*Job{}
+	var gone []int32
+	fetch := func(id int32) error {
+		if _, done := read[id]; done || slices.Contains(gone, id) {
+			return nil
+		}
+		j, err := w.client.GetJob(ctx, id)
+		switch {
+		case IsNotFound(err):
+			gone = append(gone, id)
+		case err != nil:
+			return err
+		case !j.Ours():
+			// The id names another job now (slurmctld lost its state and reused it): ours is gone.
+			gone = append(gone, id)
+		default:
+			read[id] = j
+		}
+		return nil
+	}
+	for _, id := range ids {
+		if st, ok := states[id]; !ok || !st.equal(known[id]) {
+			if err := fetch(id); err != nil {
+				return err
+			}
+		}
+	}
+	for _, id := range due {
+		if err := fetch(id); err != nil {
+			return err
+		}
+	}
+	nodes, err := w.client.ListNodesSince(ctx, nodesSince)
+	if err != nil {
+		return err
+	}
+	w.applyChanges(started, read, gone, nodes)
+	return nil
+}
+
+func (w *Watcher) readTime(id int32) time.Time {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return w.readAt[id]
+}
+
+// apply publishes a full listing: jobs of ours it lacks are gone.
+func (w *Watcher) apply(started time.Time, list []Job, nodes *NodeListing) {
 	w.mu.Lock()
 	now := time.Now()
-	change := Change{Resync: !w.synced || now.Sub(w.lastFull) >= w.resyncPeriod}
-	if change.Resync {
-		w.lastFull = now
-	}
+	// Every full listing is also a resync: consumers treat all jobs as changed.
+	change := Change{Resync: true}
+	w.lastFull, w.lastListing, w.listingWanted = now, started, false
 	seen := make(map[int32]bool, len(w.jobs))
 	for i := range list {
 		j := list[i]
@@ -133,36 +309,86 @@ func (w *Watcher) apply(started time.Time, list []Job, nodes []Node) {
 			continue
 		}
 		seen[j.ID] = true
-		old, ok := w.jobs[j.ID]
-		// A job recorded by Observe (a submit) is reported by the first poll begun after
-		// that lists it, even when it is as recorded: the submitter may have read it back
-		// already allocated (Slurm can start a job within milliseconds), and the pods
-		// waiting for it went back to the queue after that read, so they learn of the
-		// allocation from this change (else only from the next resync).
+		change.Jobs = append(change.Jobs, JobChange{Job: j})
 		at, observed := w.observed[j.ID]
-		first := observed && at.Before(started)
-		if !ok || !old.equal(&j) || change.Resync || first {
-			change.Jobs = append(change.Jobs, JobChange{Job: j})
-		}
-		w.store(&j)
-		if observed && !first {
-			w.observed[j.ID] = at // listed by a poll begun before the submit: the next one is the first
+		w.store(&j, now)
+		if observed && !at.Before(started) {
+			// Observe'd while this listing ran: the next poll still reports it.
+			w.observed[j.ID] = at
 		}
 	}
 	for id, old := range w.jobs {
-		if at, ok := w.observed[id]; ok {
-			if !at.Before(started) {
-				continue // submitted while this poll ran: the listing could not have it
-			}
+		if seen[id] || w.observedSince(id, started) {
+			continue
+		}
+		change.Jobs = append(change.Jobs, JobChange{Job: *old, Gone: true})
+		w.forget(old)
+	}
+	w.applyNodes(&change, nodes)
+	w.publish(change)
+}
+
+// applyChanges publishes a read of changes: the jobs read again, those confirmed gone,
+// and the nodes if they changed.
+func (w *Watcher) applyChanges(started time.Time, read map[int32]*Job, gone []int32, nodes *NodeListing) {
+	w.mu.Lock()
+	now := time.Now()
+	change := Change{Resync: now.Sub(w.lastFull) >= w.resyncPeriod}
+	if change.Resync {
+		w.lastFull = now
+	}
+	// Jobs Observe'd before this poll began are reported by it (see below).
+	first := map[int32]bool{}
+	for id, at := range w.observed {
+		if at.Before(started) {
+			first[id] = true
 			delete(w.observed, id)
 		}
-		if !seen[id] {
+	}
+	reported := map[int32]bool{}
+	for id, j := range read {
+		if w.observedSince(id, started) {
+			continue // Observe'd a newer record while this poll ran
+		}
+		if old, ok := w.jobs[id]; !ok || !old.equal(j) {
+			change.Jobs = append(change.Jobs, JobChange{Job: *j})
+			reported[id] = true
+		}
+		w.store(j, now)
+	}
+	for _, id := range gone {
+		if old, ok := w.jobs[id]; ok && !w.observedSince(id, started) {
 			change.Jobs = append(change.Jobs, JobChange{Job: *old, Gone: true})
 			w.forget(old)
 		}
 	}
-	newNodes := make(map[string]Node, len(nodes))
-	for _, n := range nodes {
+	for id, j := range w.jobs {
+		// A job recorded by Observe (a submit) is reported by the first poll begun after
+		// it, even when it is as recorded: the submitter may have read it back already
+		// allocated (Slurm can start a job within milliseconds), and the pods waiting for
+		// it went back to the queue after that read, so they learn of the allocation from
+		// this change (else only from the next resync).
+		if !reported[id] && (change.Resync || first[id]) {
+			change.Jobs = append(change.Jobs, JobChange{Job: *j})
+		}
+	}
+	w.applyNodes(&change, nodes)
+	w.publish(change)
+}
+
+// observedSince reports whether Observe recorded job id after the poll began.
+func (w *Watcher) observedSince(id int32, started time.Time) bool {
+	at, ok := w.observed[id]
+	return ok && !at.Before(started)
+}
+
+// applyNodes takes a node listing into the cache and the change (w.mu held).
+func (w *Watcher) applyNodes(change *Change, l *NodeListing) {
+	if l.Unchanged {
+		return
+	}
+	newNodes := make(map[string]Node, len(l.Nodes))
+	for _, n := range l.Nodes {
 		newNodes[n.Name] = n
 		if old, ok := w.nodes[n.Name]; !ok || !old.equal(&n) {
 			change.Nodes = append(change.Nodes, n.Name)
@@ -175,7 +401,11 @@ func (w *Watcher) apply(started time.Time, list []Job, nodes []Node) {
 	}
 	slices.Sort(change.Nodes)
 	change.NodesChanged = len(change.Nodes) > 0
-	w.nodes = newNodes
+	w.nodes, w.nodesUpdate = newNodes, l.LastUpdate
+}
+
+// publish ends a successful poll (w.mu held, and released here) and tells the handlers.
+func (w *Watcher) publish(change Change) {
 	w.synced, w.lastErr = true, nil
 	handlers := w.handlers
 	counts := stateCounts(w.jobs)
@@ -189,12 +419,13 @@ func (w *Watcher) apply(started time.Time, list []Job, nodes []Node) {
 	}
 }
 
-func (w *Watcher) store(j *Job) {
+func (w *Watcher) store(j *Job, readAt time.Time) {
 	if old, ok := w.jobs[j.ID]; ok {
 		w.forget(old)
 	}
 	cp := *j
 	w.jobs[j.ID] = &cp
+	w.readAt[j.ID] = readAt
 	for _, p := range j.Pods {
 		if w.byKey[p.Key()] == nil {
 			w.byKey[p.Key()] = map[int32]bool{}
@@ -215,6 +446,7 @@ func (w *Watcher) store(j *Job) {
 func (w *Watcher) forget(j *Job) {
 	delete(w.jobs, j.ID)
 	delete(w.observed, j.ID)
+	delete(w.readAt, j.ID)
 	for _, p := range j.Pods {
 		if ids := w.byKey[p.Key()]; ids != nil {
 			delete(ids, j.ID)
@@ -237,8 +469,9 @@ func (w *Watcher) Observe(j *Job) {
 		return
 	}
 	w.mu.Lock()
-	w.store(j)
-	w.observed[j.ID] = time.Now()
+	now := time.Now()
+	w.store(j, now)
+	w.observed[j.ID] = now
 	w.mu.Unlock()
 }
 

@@ -94,7 +94,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			// Another scheduler's pod: its job id label names a job of another Slurm.
 			return ctrl.Result{}, nil
 		}
-		return r.reconcileMissingJob(ctx, pod)
+		found, err := r.reconcileMissingJob(ctx, pod)
+		if found == nil || err != nil {
+			return ctrl.Result{}, err
+		}
+		job = *found
 	}
 
 	podDone := isTerminal(pod) || (pod.DeletionTimestamp != nil && pod.Spec.NodeName == "")
@@ -148,33 +152,41 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return r.checkNodeReady(ctx, pod, &job)
 }
 
-// reconcileMissingJob handles a pod Slurm has no record of. Only a bound pod whose
-// recorded job Slurm confirms is gone is ended; an unbound one is the scheduler's to
-// (re)submit.
-func (r *Reconciler) reconcileMissingJob(ctx context.Context, pod *v1.Pod) (ctrl.Result, error) {
+// reconcileMissingJob handles a pod whose job the watcher has no record of. The watcher
+// reads only jobs it knows between its full listings, and the scheduler (another process)
+// submitted this one: the job its label names is read once, and taken into the watcher
+// if it is ours and stands for this pod. Only a bound pod whose recorded job Slurm
+// confirms is gone is ended; an unbound one is the scheduler's to (re)submit.
+func (r *Reconciler) reconcileMissingJob(ctx context.Context, pod *v1.Pod) (*slurm.Job, error) {
 	idStr, labelled := pod.Labels[wellknown.JobIDLabel]
-	if !labelled || pod.Spec.NodeName == "" || isTerminal(pod) || pod.DeletionTimestamp != nil {
-		return ctrl.Result{}, nil
+	if !labelled || isTerminal(pod) || pod.DeletionTimestamp != nil {
+		return nil, nil
 	}
 	id, err := strconv.ParseInt(idStr, 10, 32)
 	if err != nil {
-		return ctrl.Result{}, nil // not a label we wrote
+		return nil, nil // not a label we wrote
 	}
 	job, err := r.Slurm.GetJob(ctx, int32(id))
 	switch {
+	case slurm.IsNotFound(err) && pod.Spec.NodeName != "":
+		return nil, r.endPod(ctx, pod, nil, wellknown.EventSlurmJobEnded, fmt.Sprintf("Slurm job %d no longer exists", id))
 	case slurm.IsNotFound(err):
-		return ctrl.Result{}, r.endPod(ctx, pod, nil, wellknown.EventSlurmJobEnded, fmt.Sprintf("Slurm job %d no longer exists", id))
+		return nil, nil
 	case err != nil:
-		return ctrl.Result{}, err
+		return nil, err
 	}
 	if job.Ours() {
+		// From now on the watcher's reads of changes include it.
 		r.Watcher.Observe(job)
+		if job.HasPod(pod.UID) {
+			return job, nil
+		}
 	}
-	if job.Ended() {
+	if job.Ended() && pod.Spec.NodeName != "" {
 		reason, note := endEvent(job)
-		return ctrl.Result{}, r.endPod(ctx, pod, job, reason, note)
+		return nil, r.endPod(ctx, pod, job, reason, note)
 	}
-	return ctrl.Result{}, nil
+	return nil, nil
 }
 
 // cancelAll cancels the active jobs not belonging to keepUID, whose pod of this name is

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubeslurm/kubeslurm/pkg/slurm"
 )
 
 // Args are the plugin's pluginConfig args in the KubeSchedulerConfiguration.
@@ -20,6 +22,10 @@ type Args struct {
 	PollInterval metav1.Duration `json:"pollInterval"`
 	// ResyncPeriod re-activates every waiting pod as a safety net (default 30s).
 	ResyncPeriod metav1.Duration `json:"resyncPeriod"`
+	// FullListPeriod is how often every Slurm job is listed in full, to find placeholder
+	// jobs this replica did not submit (default 5m). Between listings a poll reads only
+	// the state of our own jobs.
+	FullListPeriod metav1.Duration `json:"fullListPeriod"`
 	// RequestTimeout bounds one slurmrestd request (default 15s).
 	RequestTimeout metav1.Duration `json:"requestTimeout"`
 	// GroupPermitTimeout bounds how long a pod group's member, on its allocated node,
@@ -40,6 +46,9 @@ func (a *Args) setDefaults() {
 	}
 	if a.ResyncPeriod.Duration == 0 {
 		a.ResyncPeriod.Duration = 30 * time.Second
+	}
+	if a.FullListPeriod.Duration == 0 {
+		a.FullListPeriod.Duration = slurm.DefaultFullListPeriod
 	}
 	if a.RequestTimeout.Duration == 0 {
 		a.RequestTimeout.Duration = 15 * time.Second

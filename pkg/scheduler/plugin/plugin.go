@@ -12,7 +12,9 @@
 //	           them all bind: all or nothing.
 //	PreBind    checks the allocation still stands.
 //
-// Pods waiting on Slurm are re-activated only when the watcher sees their job change.
+// Pods waiting on Slurm are re-activated only when the watcher sees their job change. The
+// watcher starts on the first scheduling cycle, which only the elected replica runs: a
+// standby replica never reads Slurm.
 package plugin
 
 import (
@@ -47,6 +49,8 @@ const stateKey fwk.StateKey = Name
 
 // Plugin places pods through Slurm.
 type Plugin struct {
+	// ctx is the scheduler's lifetime, which the watcher runs for once started.
+	ctx       context.Context
 	handle    fwk.Handle
 	slurm     slurm.Client
 	watcher   *slurm.Watcher
@@ -59,6 +63,8 @@ type Plugin struct {
 	latency    *latency
 	// gpus tells which extended resources count as GPUs.
 	gpus gpuResourceSource
+	// unknownSubmits holds the pods whose last submit has an unknown outcome.
+	unknownSubmits *unknownSubmits
 }
 
 var (
@@ -93,6 +99,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, err
 	}
 	w := slurm.NewWatcher(client, args.PollInterval.Duration, args.ResyncPeriod.Duration)
+	w.FullListPeriod = args.FullListPeriod.Duration
 	groups, informers, err := newResolver(ctx, h)
 	if err != nil {
 		return nil, err
@@ -106,19 +113,27 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err := p.watchGroups(informers); err != nil {
 		return nil, err
 	}
-	go w.Run(ctx)
+	p.ctx = ctx
 	return p, nil
 }
 
 // NewWithClient builds the plugin on a given Slurm client, watcher and group resolver
-// (tests, benchmarks); the caller runs the watcher.
+// (tests, benchmarks); the caller runs the watcher, unless it sets the plugin's context
+// (WithContext), whose first scheduling cycle then starts it.
 func NewWithClient(h fwk.Handle, c slurm.Client, w *slurm.Watcher, groups *workload.Resolver) *Plugin {
 	p := &Plugin{
 		handle: h, slurm: c, watcher: w, groups: groups, permitTimeout: defaultGroupPermitTimeout, needsNodes: newNeedsNodes(), latency: newLatency(),
 		podLister: h.SharedInformerFactory().Core().V1().Pods().Lister(),
-		gpus:      gpuResourceSource{names: defaultGPUResourceNames},
+		gpus:      gpuResourceSource{names: defaultGPUResourceNames}, unknownSubmits: newUnknownSubmits(),
 	}
 	w.OnChange(p.activate)
+	return p
+}
+
+// WithContext sets the context the watcher runs for once the first scheduling cycle
+// starts it.
+func (p *Plugin) WithContext(ctx context.Context) *Plugin {
+	p.ctx = ctx
 	return p
 }
 
@@ -154,6 +169,9 @@ func getState(state fwk.CycleState) (*cycleState, bool) {
 
 // PreFilter decides from the cached job alone: its cost does not grow with Slurm's queue.
 func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	if p.ctx != nil {
+		p.watcher.Start(p.ctx)
+	}
 	if !p.watcher.Synced() {
 		// Fail closed: without a first read of Slurm we cannot know whether a job exists.
 		msg := "waiting for the first read of Slurm's jobs"
@@ -327,6 +345,16 @@ func (p *Plugin) submit(ctx context.Context, pod *v1.Pod, group *workload.Group,
 	if len(excluded) > 0 && len(excluded) >= len(p.watcher.NodeNames()) {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "no Slurm node passes the Kubernetes filters; not submitting a job that could never start")
 	}
+	key := jobKey(pod, group)
+	if since, ok := p.unknownSubmits.since(key); ok {
+		if !p.watcher.ListedSince(since) {
+			// Slurm may have taken the last submit without answering: only a listing of
+			// its jobs tells, and it finds the job by its pods' UIDs.
+			p.watcher.RequestFullListing()
+			return nil, fwk.NewStatus(fwk.Unschedulable, "the last submit's outcome is unknown; waiting for a full read of Slurm's jobs before submitting again")
+		}
+		p.unknownSubmits.forget(key)
+	}
 	spec = spec.WithExcludedNodes(excluded)
 	job, err := p.slurm.Submit(ctx, spec)
 	if err != nil {
@@ -340,6 +368,10 @@ func (p *Plugin) submit(ctx context.Context, pod *v1.Pod, group *workload.Group,
 			p.groupEvent(pod, group, v1.EventTypeWarning, wellknown.EventSlurmJobSubmitFailed, "Submit", "Slurm refused the job: %v", err)
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 		}
+		// Unavailable: the request may have reached slurmctld (a timeout after it was
+		// sent), so no second job is submitted before a full listing shows there is none.
+		p.unknownSubmits.record(key, time.Now())
+		p.watcher.RequestFullListing()
 		return nil, fwk.AsStatus(fmt.Errorf("submitting Slurm job: %w", err))
 	}
 	p.latency.submit(job.ID, time.Now())

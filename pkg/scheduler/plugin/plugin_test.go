@@ -249,6 +249,7 @@ func TestAllocatedPodGoesToSlurmsNode(t *testing.T) {
 func TestPendingReasonIsShown(t *testing.T) {
 	pod := newPod("p", nil)
 	f := newFixture(t, pod)
+	f.watcher.PendingRefresh = 0 // a pending job's record is read again on every poll
 	f.poll()
 	_, _ = f.cycle(pod, nil)
 	require.NoError(t, f.slurm.SetState(1, "PENDING", "Resources"))
@@ -342,4 +343,51 @@ func TestQueueingHint(t *testing.T) {
 	assert.Equal(t, fwk.Queue, h)
 	h, _ = slurmAnnotationsChanged(klog.Background(), pod, pod, labelled)
 	assert.Equal(t, fwk.QueueSkip, h, "our own label patch does not requeue the pod")
+}
+
+// A submit whose answer was lost (a client timeout after slurmctld took the job) is not
+// repeated before a full listing of Slurm's jobs, which finds the job: one job, not two.
+func TestSubmitWithUnknownOutcomeIsNotRepeated(t *testing.T) {
+	pod := newPod("p", nil)
+	f := newFixture(t, pod)
+	f.poll()
+	f.slurm.Requests()
+
+	f.slurm.LoseSubmitAnswers = true
+	_, st := f.cycle(pod, nil)
+	require.Equal(t, fwk.Error, st.Code(), st.Message())
+	f.slurm.LoseSubmitAnswers = false
+
+	_, st = f.cycle(pod, nil)
+	assert.Contains(t, st.Message(), "outcome is unknown")
+	assert.Equal(t, 1, f.slurm.Requests()["create"], "no second submit before a listing")
+
+	f.poll() // the full listing the failed submit asked for
+	require.NoError(t, f.slurm.Allocate(1, "n2"))
+	f.poll()
+	feasible, st := f.cycle(pod, nil)
+	require.True(t, st.IsSuccess(), st.Message())
+	assert.Equal(t, []string{"n2"}, feasible, "placed by the job the lost submit made")
+	assert.Zero(t, f.slurm.Requests()["create"])
+}
+
+// A replica that never runs a scheduling cycle (a standby) never reads Slurm; the first
+// cycle starts the watcher, and the pod waits until it has read Slurm once.
+func TestStandbyReplicaDoesNotReadSlurm(t *testing.T) {
+	pod := newPod("p", nil)
+	f := newFixture(t, pod)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f.watcher = slurm.NewWatcher(f.slurm, 10*time.Millisecond, time.Hour)
+	f.plugin = NewWithClient(f.handle, f.slurm, f.watcher, f.plugin.groups).WithContext(ctx)
+	f.slurm.Requests()
+
+	time.Sleep(100 * time.Millisecond)
+	assert.Empty(t, f.slurm.Requests(), "no request before the first scheduling cycle")
+
+	_, st := f.cycle(pod, nil)
+	assert.Contains(t, st.Message(), "waiting for the first read of Slurm")
+	require.Eventually(t, f.watcher.Synced, 5*time.Second, 10*time.Millisecond)
+	_, st = f.cycle(pod, nil)
+	assert.Contains(t, st.Message(), "Slurm job 1 submitted")
 }

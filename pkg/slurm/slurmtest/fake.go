@@ -6,7 +6,9 @@ package slurmtest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -36,11 +38,22 @@ type Fake struct {
 	requests map[string]int
 	// FailWith, when set, makes every request fail with this error (slurmrestd down).
 	FailWith error
+	// LoseSubmitAnswers, when set, makes submits take the job and then fail as a request
+	// timed out on the client's side would.
+	LoseSubmitAnswers bool
+	// FailGets, when set, makes reads of one job fail as an unreachable slurmrestd.
+	FailGets bool
+	// hidden are jobs that state reads leave out (a partial answer).
+	hidden []int32
 	// RejectSubmit, when set, makes submits fail as Slurm refusing the job.
 	RejectSubmit string
 	// LastSubmit is the last submit request received.
 	LastSubmit *api.V0044JobDescMsg
 	nodeOps    []string
+	// nodesSeen and nodesUpdate model slurmctld's last_update of its nodes: a listing
+	// that differs from the one before moves it on.
+	nodesSeen   string
+	nodesUpdate int64
 }
 
 // New returns a Fake with the given Slurm node names, all idle.
@@ -71,6 +84,72 @@ func (f *Fake) count(op string) error {
 	return f.FailWith
 }
 
+// JobStates answers a state read as slurmrestd's jobs/state does: the jobs named that it
+// has, with their state alone. Counted as "state".
+func (f *Fake) JobStates(ctx context.Context, ids []int32) (map[int32]slurm.JobStatus, error) {
+	if err := f.count("state"); err != nil {
+		return nil, err
+	}
+	list := &types.V0044JobInfoList{}
+	if err := f.inner.List(ctx, list); err != nil {
+		return nil, err
+	}
+	out := map[int32]slurm.JobStatus{}
+	for _, j := range list.Items {
+		id := ptr.Deref(j.JobId, 0)
+		if !slices.Contains(ids, id) || slices.Contains(f.hidden, id) {
+			continue
+		}
+		var states []string
+		for _, st := range ptr.Deref(j.JobState, nil) {
+			states = append(states, string(st))
+		}
+		out[id] = slurm.JobStatus{State: states[0], Flags: states[1:]}
+	}
+	return out, nil
+}
+
+// HideFromStateReads makes state reads leave the job out, as a partial answer would.
+func (f *Fake) HideFromStateReads(id int32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hidden = append(f.hidden, id)
+}
+
+// Purge forgets a job, as slurmctld does MinJobAge after it ended.
+func (f *Fake) Purge(id int32) error {
+	j := &types.V0044JobInfo{}
+	j.JobId = ptr.To(id)
+	return f.inner.Delete(context.Background(), j)
+}
+
+// ListNodesSince answers as slurmrestd's nodes listing with update_time does: nothing
+// when no node changed since lastUpdate. Counted as "nodes_since".
+func (f *Fake) ListNodesSince(ctx context.Context, lastUpdate int64) (*slurm.NodeListing, error) {
+	if err := f.count("nodes_since"); err != nil {
+		return nil, err
+	}
+	nodes, err := f.Client.ListNodes(ctx)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.requests["list"]-- // this request's own read: counted as nodes_since only
+	if err != nil {
+		return nil, err
+	}
+	seen, err := json.Marshal(nodes)
+	if err != nil {
+		return nil, err
+	}
+	if string(seen) != f.nodesSeen {
+		f.nodesSeen = string(seen)
+		f.nodesUpdate++
+	}
+	if lastUpdate > 0 && lastUpdate >= f.nodesUpdate {
+		return &slurm.NodeListing{Unchanged: true, LastUpdate: f.nodesUpdate}, nil
+	}
+	return &slurm.NodeListing{Nodes: nodes, LastUpdate: f.nodesUpdate}, nil
+}
+
 // Requests returns how many requests of each kind ("get", "list", "create", "delete")
 // were made, and resets the counts.
 func (f *Fake) Requests() map[string]int {
@@ -78,12 +157,16 @@ func (f *Fake) Requests() map[string]int {
 	defer f.mu.Unlock()
 	out := f.requests
 	f.requests = map[string]int{}
+	maps.DeleteFunc(out, func(_ string, n int) bool { return n == 0 })
 	return out
 }
 
 func (f *Fake) get(ctx context.Context, key object.ObjectKey, obj object.Object, opts ...slurmclient.GetOption) error {
 	if err := f.count("get"); err != nil {
 		return err
+	}
+	if _, ok := obj.(*types.V0044JobInfo); ok && f.FailGets {
+		return errors.New(http.StatusText(http.StatusServiceUnavailable))
 	}
 	if _, ok := obj.(*types.V0044Reconfigure); ok {
 		f.logNodeOp("reconfigure")
@@ -127,7 +210,13 @@ func (f *Fake) create(ctx context.Context, obj object.Object, req any, _ ...slur
 	if r.Job.ExcludedNodes != nil {
 		out.ExcludedNodes = ptr.To(strings.Join(*r.Job.ExcludedNodes, ","))
 	}
-	return f.inner.Create(ctx, out, req)
+	if err := f.inner.Create(ctx, out, req); err != nil {
+		return err
+	}
+	if f.LoseSubmitAnswers {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // update is a node update, or a job nudge (which changes nothing, so is only counted).
