@@ -6,7 +6,7 @@ SHELL := /bin/bash
 BIN   := $(CURDIR)/bin
 GO    ?= go
 
-.PHONY: all build scheduler controller podrunner helm tools slurm-root up down status up-slurmcluster down-slurmcluster test unit e2e bench bench-e2e fmt vet clean generate
+.PHONY: all build scheduler controller podrunner helm tools slurm-root up down status up-slurmcluster down-slurmcluster test unit e2e bench bench-e2e bench-scale fmt vet clean generate
 
 all: build
 
@@ -90,6 +90,12 @@ bench:
 bench-e2e:
 	$(GO) test -run '^$$' -bench 'Latency' -benchtime=20x -timeout 30m ./e2e/...
 	$(GO) test -run '^$$' -bench 'GroupAllocationToBound' -benchtime=3x -timeout 30m ./e2e/...
+
+## bench-scale: on the running local cluster, kubeslurm at 1,100 nodes beside 10,000 queued sbatch
+## jobs: Slurm read traffic idle and in a burst of 2,000 pods, pods/s against kube-scheduler,
+## latencies, gangs up to 1,024, memory (sizes: KUBESLURM_BENCH_NODES, _QUEUED, _PODS, _IDLE)
+bench-scale: up
+	$(GO) test -run '^$$' -bench 'BenchmarkScale$$' -benchtime=1x -timeout 60m ./e2e/...
 
 fmt:
 	gofmt -l -w cmd pkg e2e

@@ -30,7 +30,7 @@ const (
 // 20 ms; binds by polling the API server.
 func BenchmarkGroupAllocationToBound(b *testing.B) {
 	t := &testing.T{}
-	addBenchKubeNodes(b)
+	addBenchKubeNodes(b, benchNodes)
 	sl := benchSlurmClient(b)
 	for _, size := range []int{8, 64, 256} {
 		b.Run(fmt.Sprintf("members=%d", size), func(b *testing.B) {
@@ -107,12 +107,12 @@ func groupRun(b *testing.B, t *testing.T, sl slurm.Client, size int) time.Durati
 	return time.Since(allocated)
 }
 
-// addBenchKubeNodes adds benchNodes kwok nodes (bench-1 …), labelled for the benchmark's
-// pods, and their Slurm nodes, and removes both when the benchmark ends.
-func addBenchKubeNodes(b *testing.B) {
+// addBenchKubeNodes adds n kwok nodes (bench-1 …), labelled for the benchmark's pods, and
+// their Slurm nodes, and removes both when the benchmark ends.
+func addBenchKubeNodes(b *testing.B, n int) {
 	ctx := context.Background()
 	var names []string
-	for i := 1; i <= benchNodes; i++ {
+	for i := 1; i <= n; i++ {
 		name := fmt.Sprintf("bench-%d", i)
 		names = append(names, name)
 		n := kwokNode(name, map[string]string{benchNodeLabel: "true"})
@@ -121,17 +121,17 @@ func addBenchKubeNodes(b *testing.B) {
 		}
 	}
 	b.Cleanup(func() {
-		deleteBenchSlurmNodes(b)
+		deleteBenchSlurmNodes(b, n)
 		for _, name := range names {
 			_ = kube.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
 		}
 	})
-	createBenchSlurmNodes(b)
+	createBenchSlurmNodes(b, n)
 }
 
-func createBenchSlurmNodes(b *testing.B) {
+func createBenchSlurmNodes(b *testing.B, n int) {
 	out, err := runCmd(filepath.Join(runDir, "bin", "scontrol"), "create",
-		fmt.Sprintf("NodeName=bench-[1-%d]", benchNodes), "CPUs=4", "RealMemory=8000", "State=EXTERNAL",
+		fmt.Sprintf("NodeName=bench-[1-%d]", n), "CPUs=4", "RealMemory=8000", "State=EXTERNAL",
 		// An address that resolves: slurmctld still messages a job's nodes when it ends
 		// (nothing listens there), and a name it must look up costs it seconds per node.
 		"NodeAddr=127.0.0.1")
@@ -140,19 +140,33 @@ func createBenchSlurmNodes(b *testing.B) {
 	}
 }
 
-func deleteBenchSlurmNodes(b *testing.B) {
+func deleteBenchSlurmNodes(b *testing.B, n int) {
 	// Nodes still completing a cancelled job refuse deletion for a moment: retry.
 	pollUntil(b, 60*time.Second, func() (*v1.Pod, bool) {
-		out, err := runCmd(filepath.Join(runDir, "bin", "scontrol"), "delete", fmt.Sprintf("NodeName=bench-[1-%d]", benchNodes))
+		out, err := runCmd(filepath.Join(runDir, "bin", "scontrol"), "delete", fmt.Sprintf("NodeName=bench-[1-%d]", n))
 		return nil, err == nil || strings.Contains(out, "Invalid node name")
 	})
 }
 
 // benchSlurmClient talks to slurmrestd as the components do (token minted from the JWT key).
 func benchSlurmClient(b *testing.B) slurm.Client {
-	env, err := os.ReadFile(filepath.Join(runDir, "env"))
+	env, err := localEnv()
 	if err != nil {
 		b.Fatal(err)
+	}
+	c, err := slurm.NewClient(slurm.Config{URL: env["SLURMRESTD_URL"], User: env["SLURM_USER"], JWTKeyFile: env["SLURM_JWT_KEY_FILE"]})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+// localEnv is the local cluster's settings, as deploy/local writes them to its env file
+// (SLURMRESTD_URL, SLURM_USER, SLURM_JWT_KEY_FILE, ...).
+func localEnv() (map[string]string, error) {
+	env, err := os.ReadFile(filepath.Join(runDir, "env"))
+	if err != nil {
+		return nil, err
 	}
 	vars := map[string]string{}
 	for _, line := range strings.Split(string(env), "\n") {
@@ -160,9 +174,5 @@ func benchSlurmClient(b *testing.B) slurm.Client {
 			vars[k] = strings.Trim(v, "'")
 		}
 	}
-	c, err := slurm.NewClient(slurm.Config{URL: vars["SLURMRESTD_URL"], User: vars["SLURM_USER"], JWTKeyFile: vars["SLURM_JWT_KEY_FILE"]})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return c
+	return vars, nil
 }

@@ -109,7 +109,8 @@ func TestMetricsEndpoints(t *testing.T) {
 	grew("kubeslurm_bind_latency_seconds_count", schedBefore, sched, 1)
 	grew(`kubeslurm_slurmrestd_requests_total{code="ok",operation="submit"}`, schedBefore, sched, 1)
 	grew(`kubeslurm_slurmrestd_request_errors_total{operation="submit",reason="rejected"}`, schedBefore, sched, 1)
-	grew(`kubeslurm_slurmrestd_requests_total{code="ok",operation="list_jobs"}`, schedBefore, sched, 1)
+	// Its watcher reads our jobs' states, not every job (a full listing only every 5 min).
+	grew(`kubeslurm_slurmrestd_requests_total{code="ok",operation="job_states"}`, schedBefore, sched, 1)
 	assert.GreaterOrEqual(t, sched[`kubeslurm_placeholder_jobs{state="RUNNING"}`], 1.0, "the bound pod's job is running")
 	present(`kubeslurm_slurmrestd_request_errors_total{operation="list_jobs",reason="unavailable"}`, sched)
 
@@ -118,7 +119,7 @@ func TestMetricsEndpoints(t *testing.T) {
 	grew(toKube, ctrlBefore, ctrl, 2)
 	grew(`kubeslurm_slurmrestd_requests_total{code="ok",operation="drain_node"}`, ctrlBefore, ctrl, 1)
 	grew(`kubeslurm_slurmrestd_requests_total{code="ok",operation="undrain_node"}`, ctrlBefore, ctrl, 1)
-	grew(`kubeslurm_slurmrestd_requests_total{code="ok",operation="list_nodes"}`, ctrlBefore, ctrl, 1)
+	grew(`kubeslurm_slurmrestd_requests_total{code="ok",operation="list_nodes_since"}`, ctrlBefore, ctrl, 1)
 	assert.GreaterOrEqual(t, ctrl[`kubeslurm_placeholder_jobs{state="RUNNING"}`], 1.0)
 	present(`kubeslurm_slurmrestd_request_errors_total{operation="drain_node",reason="unavailable"}`, ctrl)
 	t.Logf("scheduler: allocation wait %.3fs over %v jobs, bind latency %.3fs over %v pods; controller: drain lag to Slurm %.3fs over %v, to Kubernetes %.3fs over %v",

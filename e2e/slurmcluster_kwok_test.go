@@ -160,35 +160,16 @@ func createIndexedGang(t *testing.T, ns, name string, n int32, opts ...podOpt) {
 // pod (a kwok fake) bound to the node of its rank, and the Job completes. Each node has 4
 // GPUs, which its runner makes fake devices for and its worker registers (nodeSets[].gpus),
 // and its worker registers the node's 4 CPUs and 8Gi (nodeSets[].nodeOptions).
-// The scenarios of TestPodIsPlacedBySlurm, TestJobStateOnThePod,
-// TestSbatchJobAndPodShareNodes, TestGPUPodsGetTheirSlurmGPUIndices,
-// TestJobMappingAgentWritesThePodsGPUs,
-// TestPodAndJobEndTogether, the time limit of TestSlurmEndsThePodWithTheReason,
-// TestAnnotationsReachTheSlurmJob, TestAnnotationAliasesGiveTheSameJob,
-// TestAnnotationGRESAndLicensesReachSlurm, TestAnnotationDependencyOnAPodGroup (their Slurm
-// parts; admission is the main release's), TestBadInputGetsAnEventAndNoJob,
-// TestSchedulerRestartKeepsOneJobPerPod, TestNotReadyNodeReleasesItsJob,
-// TestExclusivePodsQueueInSlurmPriorityOrder, TestPodGroupIsOneSlurmJob,
-// TestSbatchAndPodGroupCompeteInSlurmPriorityOrder, TestPodGroupLosingAMemberEndsTheGroup,
-// TestPodGroupLargerThanSlurmWaitsForANode (a fifth kwok node and its NodeSet join),
-// TestPendingGroupsDoNotStarveSmallPods (a fifth and a sixth),
-// TestGroupExamplesRun (their schedulerName the release's),
-// TestKubernetesPodGroupIsOneSlurmJob, TestPodsWithoutMemoryRequestShareANode,
-// TestJobSetIsOneSlurmJob, TestJobSetThatCannotStartAtOnceIsRefusedWithAnEvent,
-// TestLeaderWorkerSetGroupsAreSlurmJobs,
-// TestSlurmNodeFailureEndsThePod, TestNodeDownDrainedNotRespondingConditions,
-// TestDrainWaitsForTheSlurmJob (here the node's worker pod is drained too),
-// TestNodeUnhealthyConditionDrainsInSlurm, TestNodeControllerRestartKeepsDrainAndJob (the
-// release's controller pod deleted), the idle half of
-// TestNodeDeletionRemovesIdleDynamicSlurmNode and TestSlurmrestdOutageIsHarmless
-// (spec.restApi.replicas 0 for a minute) then run on that Slurm too. In the node failure
+// The local cluster's scheduler scenarios whose outcome depends on this Slurm (its daemons
+// as pods, the release, NodeSets, the workers' GPUs, slurmrestd as a Deployment with
+// spec.restApi.replicas 0 for a minute) then run on it too. In its node failure
 // scenarios a node's machine fails (its runner and all the processes it started killed at
 // once, so no worker drains) and comes back (a new runner starts the worker pod's
 // containers again).
 func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 	ctx := context.Background()
 	startPodRunner(t) // slurmctld and slurmrestd, on the runner's own node
-	// Four: the LeaderWorkerSet scenario's two groups take two whole nodes each.
+	// Four, the gang below spanning them all.
 	kwokNodes := []string{"kwok-worker-1", "kwok-worker-2", "kwok-worker-3", "kwok-worker-4"}
 	runners := map[string]*podRunner{}
 	for _, n := range kwokNodes {
@@ -241,44 +222,32 @@ func TestSlurmClusterWorkersOnKwokNodes(t *testing.T) {
 		return j.Status.Succeeded == int32(len(kwokNodes)) && len(state) > 0 && state[0] != "RUNNING" && state[0] != "PENDING"
 	})
 
-	// The local scheduler tests' scenarios (e2e/stack_test.go), on this Slurm.
-	t.Run("pod is placed by Slurm", func(t *testing.T) { podIsPlacedBySlurm(t, st, namespaceOn(t, st)) })
-	t.Run("job state on the pod", func(t *testing.T) { jobStateOnThePod(t, st, namespaceOn(t, st)) })
-	t.Run("sbatch and pods share nodes", func(t *testing.T) { sbatchJobAndPodShareNodes(t, st, namespaceOn(t, st)) })
-	t.Run("GPU pods get their Slurm GPU indices", func(t *testing.T) { gpuPodsGetTheirSlurmGPUIndices(t, st, namespaceOn(t, st)) })
-	t.Run("job mapping agent writes the pod's GPUs", func(t *testing.T) { jobMappingAgentWritesThePodsGPUs(t, st, namespaceOn(t, st)) })
-	t.Run("pod and job end together", func(t *testing.T) { podAndJobEndTogether(t, st, namespaceOn(t, st)) })
-	t.Run("time limit ends the pod", func(t *testing.T) { podTimeLimitEndsThePod(t, st, namespaceOn(t, st)) })
-	t.Run("annotations reach the Slurm job", func(t *testing.T) { annotationsReachTheSlurmJob(t, st, namespaceOn(t, st)) })
-	t.Run("annotation aliases give the same job", func(t *testing.T) { annotationAliasesGiveTheSameJob(t, st, namespaceOn(t, st)) })
-	t.Run("annotation GRES and licenses reach Slurm", func(t *testing.T) { annotationGRESAndLicensesReachSlurm(t, st, namespaceOn(t, st)) })
-	t.Run("annotation dependency on a PodGroup", func(t *testing.T) { annotationDependencyOnAPodGroup(t, st, namespaceOn(t, st)) })
-	t.Run("bad input gets an event and no job", func(t *testing.T) { badInputGetsAnEventAndNoJob(t, st, namespaceOn(t, st)) })
-	t.Run("scheduler restart keeps one job per pod", func(t *testing.T) { schedulerRestartKeepsOneJobPerPod(t, st, namespaceOn(t, st)) })
-	t.Run("NotReady node releases its job", func(t *testing.T) { notReadyNodeReleasesItsJob(t, st, namespaceOn(t, st)) })
-	t.Run("exclusive pods queue in Slurm priority order", func(t *testing.T) { exclusivePodsQueueInPriorityOrder(t, st, namespaceOn(t, st)) })
-	t.Run("pods without a memory request share a node", func(t *testing.T) { podsWithoutMemoryRequestShareANode(t, st, namespaceOn(t, st)) })
-	t.Run("PodGroup is one Slurm job", func(t *testing.T) { podGroupIsOneSlurmJob(t, st, namespaceOn(t, st)) })
-	for _, groupFirst := range []bool{true, false} {
-		t.Run(fmt.Sprintf("sbatch and PodGroup compete in priority order, groupFirst=%v", groupFirst), func(t *testing.T) {
-			sbatchAndPodGroupCompeteInPriorityOrder(t, st, namespaceOn(t, st), groupFirst)
-		})
+	// The local scheduler tests' scenarios (e2e/stack_test.go) whose outcome depends on
+	// what differs on this Slurm: its daemons are pods (slurmrestd a Deployment, slurmd a
+	// worker pod per node), the scheduler and controller are a release of their own, nodes
+	// join through NodeSets, and GPUs are the NodeSets'. The scenarios that exercise only
+	// how a pod becomes a job (annotations, groups, JobSet, LWS, priority order, refusals)
+	// run the same code against any Slurm, and run on the local cluster's alone.
+	for _, sc := range []struct {
+		name string
+		run  func(t *testing.T, ns string)
+	}{
+		{"pod is placed by Slurm", func(t *testing.T, ns string) { podIsPlacedBySlurm(t, st, ns) }},
+		{"job state on the pod", func(t *testing.T, ns string) { jobStateOnThePod(t, st, ns) }},
+		{"sbatch and pods share nodes", func(t *testing.T, ns string) { sbatchJobAndPodShareNodes(t, st, ns) }},
+		{"GPU pods get their Slurm GPU indices", func(t *testing.T, ns string) { gpuPodsGetTheirSlurmGPUIndices(t, st, ns) }},
+		{"job mapping agent writes the pod's GPUs", func(t *testing.T, ns string) { jobMappingAgentWritesThePodsGPUs(t, st, ns) }},
+		{"pod and job end together", func(t *testing.T, ns string) { podAndJobEndTogether(t, st, ns) }},
+		{"scheduler restart keeps one job per pod", func(t *testing.T, ns string) { schedulerRestartKeepsOneJobPerPod(t, st, ns) }},
+		{"NotReady node releases its job", func(t *testing.T, ns string) { notReadyNodeReleasesItsJob(t, st, ns) }},
+		{"PodGroup larger than Slurm waits for a node", func(t *testing.T, ns string) { podGroupLargerThanSlurmWaitsForANode(t, st, ns) }},
+		{"Slurm node failure ends the pod", func(t *testing.T, ns string) { slurmNodeFailureEndsThePod(t, st, ns) }},
+		{"node down, drained, not responding", func(t *testing.T, _ string) { nodeDownDrainedNotRespondingConditions(t, st) }},
+		{"drain waits for the Slurm job", func(t *testing.T, ns string) { drainWaitsForTheSlurmJob(t, st, ns) }},
+		{"controller restart keeps drain and job", func(t *testing.T, ns string) { controllerRestartKeepsDrainAndJob(t, st, ns) }},
+		{"slurmrestd outage is harmless", func(t *testing.T, ns string) { slurmrestdOutageIsHarmless(t, st, ns) }},
+		{"node deletion removes its idle Slurm node", func(t *testing.T, _ string) { nodeDeletionRemovesItsIdleSlurmNode(t, st, c) }},
+	} {
+		t.Run(sc.name, func(t *testing.T) { sc.run(t, namespaceOn(t, st)) })
 	}
-	t.Run("PodGroup losing a member ends the group", func(t *testing.T) { podGroupLosingAMemberEndsTheGroup(t, st, namespaceOn(t, st)) })
-	t.Run("PodGroup larger than Slurm waits for a node", func(t *testing.T) { podGroupLargerThanSlurmWaitsForANode(t, st, namespaceOn(t, st)) })
-	t.Run("pending groups do not starve small pods", func(t *testing.T) { pendingGroupsDoNotStarveSmallPods(t, st, namespaceOn(t, st)) })
-	t.Run("group examples run", func(t *testing.T) { groupExamplesRun(t, st) })
-	t.Run("Kubernetes PodGroup is one Slurm job", func(t *testing.T) { kubernetesPodGroupIsOneSlurmJob(t, st, namespaceOn(t, st)) })
-	t.Run("JobSet is one Slurm job", func(t *testing.T) { jobSetIsOneSlurmJob(t, st, namespaceOn(t, st)) })
-	t.Run("JobSet that cannot start at once is refused with an event", func(t *testing.T) {
-		jobSetThatCannotStartAtOnceIsRefusedWithAnEvent(t, st, namespaceOn(t, st))
-	})
-	t.Run("LeaderWorkerSet groups are Slurm jobs", func(t *testing.T) { leaderWorkerSetGroupsAreSlurmJobs(t, st, namespaceOn(t, st)) })
-	t.Run("Slurm node failure ends the pod", func(t *testing.T) { slurmNodeFailureEndsThePod(t, st, namespaceOn(t, st)) })
-	t.Run("node down, drained, not responding", func(t *testing.T) { nodeDownDrainedNotRespondingConditions(t, st) })
-	t.Run("drain waits for the Slurm job", func(t *testing.T) { drainWaitsForTheSlurmJob(t, st, namespaceOn(t, st)) })
-	t.Run("node unhealthy condition drains in Slurm", func(t *testing.T) { nodeUnhealthyConditionDrainsInSlurm(t, st) })
-	t.Run("controller restart keeps drain and job", func(t *testing.T) { controllerRestartKeepsDrainAndJob(t, st, namespaceOn(t, st)) })
-	t.Run("slurmrestd outage is harmless", func(t *testing.T) { slurmrestdOutageIsHarmless(t, st, namespaceOn(t, st)) })
-	t.Run("node deletion removes its idle Slurm node", func(t *testing.T) { nodeDeletionRemovesItsIdleSlurmNode(t, st, c) })
 }

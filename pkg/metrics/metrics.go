@@ -69,6 +69,13 @@ var (
 		Help: "Failed slurmrestd calls by operation and reason: unavailable, not_found or rejected.",
 	}, []string{"operation", "reason"})
 
+	// SlurmResponseBytes counts the bytes of slurmrestd's answers, whatever the call: what
+	// reading Slurm costs the process.
+	SlurmResponseBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "slurmrestd_response_bytes_total",
+		Help: "Bytes of slurmrestd's answers (their bodies), all calls together.",
+	})
+
 	// DrainSyncLag is how long a drain took to cross from one side to the other.
 	DrainSyncLag = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: Namespace, Name: "drain_sync_lag_seconds",
@@ -81,7 +88,7 @@ var (
 // All is every collector of the package, in the order of docs/metrics.md.
 func All() []prometheus.Collector {
 	return []prometheus.Collector{
-		PlaceholderJobs, SubmitDuration, AllocationWait, BindLatency, SlurmRequests, SlurmRequestErrors, DrainSyncLag,
+		PlaceholderJobs, SubmitDuration, AllocationWait, BindLatency, SlurmRequests, SlurmRequestErrors, SlurmResponseBytes, DrainSyncLag,
 	}
 }
 

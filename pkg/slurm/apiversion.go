@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -226,20 +228,32 @@ type jobStateAnswer struct {
 }
 
 func (g *generatedClient) jobStates(ctx context.Context, ids []int32, into map[int32]JobStatus) error {
-	csv := make([]string, len(ids))
-	for i, id := range ids {
-		csv[i] = strconv.Itoa(int(id))
+	// One job_id parameter a job: slurmrestd 26.05 answers a comma-separated list (the
+	// OpenAPI description's form) with a 500, and leaves unknown ids out of a repeated one.
+	query := url.Values{}
+	for _, id := range ids {
+		query.Add("job_id", strconv.Itoa(int(id)))
 	}
-	res, err := g.api.SlurmV0044GetJobsStateWithResponse(ctx, &api.SlurmV0044GetJobsStateParams{JobId: ptr.To(strings.Join(csv, ","))})
+	// The raw answer: the generated parser would decode it as the full job record its
+	// OpenAPI description names, and fail on the string job_id.
+	res, err := g.api.SlurmV0044GetJobsState(ctx, nil, func(_ context.Context, req *http.Request) error {
+		req.URL.RawQuery = query.Encode()
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = res.Body.Close() }()
+	body, err := io.ReadAll(res.Body)
 	if err != nil {
 		return err
 	}
 	var answer jobStateAnswer
-	if err := json.Unmarshal(res.Body, &answer); err != nil && res.StatusCode() == http.StatusOK {
+	if err := json.Unmarshal(body, &answer); err != nil && res.StatusCode == http.StatusOK {
 		return fmt.Errorf("decoding job states: %w", err)
 	}
-	if res.StatusCode() != http.StatusOK {
-		return answerError(res.StatusCode(), answer.Errors)
+	if res.StatusCode != http.StatusOK {
+		return answerError(res.StatusCode, answer.Errors)
 	}
 	for _, j := range answer.Jobs {
 		id, err := strconv.ParseInt(strings.Trim(string(j.JobID), `"`), 10, 32)
@@ -261,6 +275,10 @@ func (g *generatedClient) nodesSince(ctx context.Context, lastUpdate int64) (*No
 	if err != nil {
 		return nil, err
 	}
+	if res.StatusCode() == http.StatusNotModified {
+		// slurmrestd's answer when no node changed since update_time.
+		return &NodeListing{Unchanged: true}, nil
+	}
 	if res.StatusCode() != http.StatusOK || res.JSON200 == nil {
 		var errs *api.V0044OpenapiErrors
 		if res.JSONDefault != nil {
@@ -269,12 +287,6 @@ func (g *generatedClient) nodesSince(ctx context.Context, lastUpdate int64) (*No
 		return nil, answerError(res.StatusCode(), errs)
 	}
 	out := &NodeListing{LastUpdate: ptr.Deref(res.JSON200.LastUpdate.Number, 0)}
-	// slurmrestd answers an unchanged listing with no nodes (and a warning): no cluster
-	// has no nodes while we ask for a change since a time it gave us.
-	if lastUpdate > 0 && len(res.JSON200.Nodes) == 0 {
-		out.Unchanged = true
-		return out, nil
-	}
 	for i := range res.JSON200.Nodes {
 		out.Nodes = append(out.Nodes, nodeFromAPI(&apiNode{V0044Node: res.JSON200.Nodes[i]}))
 	}

@@ -6,6 +6,8 @@ import (
 	"crypto/rsa"
 	"errors"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"strconv"
@@ -558,4 +560,67 @@ func TestWatcherRefreshesPendingReason(t *testing.T) {
 		require.True(t, ok)
 		assert.Equal(t, "Resources", j.Reason, "job %d", id)
 	}
+}
+
+// The two reads the watcher polls with, against answers shaped as slurmrestd 26.05's
+// (seen on the local cluster): a state read names each job in a job_id parameter of its
+// own (a comma-separated list is answered with a 500) and leaves unknown jobs out; a node
+// read with update_time is answered 304 when no node changed.
+func TestStateAndNodeReadsAgainstSlurmrestd(t *testing.T) {
+	var lastQuery url.Values
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/slurm/v0.0.44/jobs/state/":
+			lastQuery = r.URL.Query()
+			if strings.Contains(r.URL.RawQuery, "%2C") || strings.Contains(r.URL.RawQuery, ",") {
+				w.WriteHeader(http.StatusInternalServerError)
+				_, _ = w.Write([]byte("Unspecified error"))
+				return
+			}
+			var jobs []string
+			for _, id := range r.URL.Query()["job_id"] {
+				switch id {
+				case "1":
+					jobs = append(jobs, `{"job_id":"1","state":["RUNNING","COMPLETING"]}`)
+				case "2":
+					jobs = append(jobs, `{"job_id":"2","state":["PENDING"]}`)
+				}
+			}
+			_, _ = w.Write([]byte(`{"jobs":[` + strings.Join(jobs, ",") + `],"errors":[],"warnings":[]}`))
+		case "/slurm/v0.0.44/nodes/":
+			if r.URL.Query().Get("update_time") == "1700000000" {
+				w.WriteHeader(http.StatusNotModified)
+				return
+			}
+			_, _ = w.Write([]byte(`{"nodes":[{"name":"n1","state":["IDLE"]}],"last_update":{"set":true,"infinite":false,"number":1700000000},"errors":[],"warnings":[]}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	key := t.TempDir() + "/jwt.key"
+	require.NoError(t, os.WriteFile(key, []byte("0123456789abcdef0123456789abcdef"), 0o600))
+	c, err := slurm.NewClient(slurm.Config{URL: srv.URL, User: "slurm", JWTKeyFile: key})
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	states, err := c.JobStates(ctx, []int32{1, 2, 3})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"1", "2", "3"}, lastQuery["job_id"])
+	assert.Equal(t, map[int32]slurm.JobStatus{
+		1: {State: "RUNNING", Flags: []string{"COMPLETING"}},
+		2: {State: "PENDING"},
+	}, states, "job 3, unknown to Slurm, is absent")
+
+	l, err := c.ListNodesSince(ctx, 0)
+	require.NoError(t, err)
+	assert.False(t, l.Unchanged)
+	assert.Equal(t, int64(1700000000), l.LastUpdate)
+	require.Len(t, l.Nodes, 1)
+	assert.Equal(t, "n1", l.Nodes[0].Name)
+
+	l, err = c.ListNodesSince(ctx, l.LastUpdate)
+	require.NoError(t, err)
+	assert.True(t, l.Unchanged)
 }

@@ -3,12 +3,15 @@ package slurm
 import (
 	"crypto/rsa"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/kubeslurm/kubeslurm/pkg/metrics"
 )
 
 // TokenSource mints slurmrestd JWTs for one Slurm user and renews them before they expire,
@@ -113,5 +116,18 @@ func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	req = req.Clone(req.Context())
 	req.Header.Set("X-SLURM-USER-TOKEN", token)
 	req.Header.Set("X-SLURM-USER-NAME", t.source.User)
-	return t.next.RoundTrip(req)
+	resp, err := t.next.RoundTrip(req)
+	if err == nil && resp.Body != nil {
+		resp.Body = &countedBody{ReadCloser: resp.Body}
+	}
+	return resp, err
+}
+
+// countedBody counts what is read of an answer in metrics.SlurmResponseBytes.
+type countedBody struct{ io.ReadCloser }
+
+func (b *countedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	metrics.SlurmResponseBytes.Add(float64(n))
+	return n, err
 }
