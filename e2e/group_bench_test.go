@@ -91,20 +91,27 @@ func groupRun(b *testing.B, t *testing.T, sl slurm.Client, size int) time.Durati
 		time.Sleep(20 * time.Millisecond)
 		return nil, false
 	})
-	pollUntil(b, 120*time.Second, func() (*v1.Pod, bool) {
-		list, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	waitBoundCount(b, ns, "", size, 120*time.Second, 0)
+	return time.Since(allocated)
+}
+
+// waitBoundCount waits until n pods of ns whose names start with prefix are bound,
+// listing them every pause (beyond pollUntil's own).
+func waitBoundCount(b *testing.B, ns, prefix string, n int, timeout, pause time.Duration) {
+	pollUntil(b, timeout, func() (*v1.Pod, bool) {
+		time.Sleep(pause)
+		list, err := kube.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
 		if err != nil {
 			return nil, false
 		}
 		bound := 0
 		for _, p := range list.Items {
-			if p.Spec.NodeName != "" {
+			if strings.HasPrefix(p.Name, prefix) && p.Spec.NodeName != "" {
 				bound++
 			}
 		}
-		return nil, bound == size
+		return nil, bound == n
 	})
-	return time.Since(allocated)
 }
 
 // addBenchKubeNodes adds n kwok nodes (bench-1 …), labelled for the benchmark's pods, and

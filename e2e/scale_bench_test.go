@@ -254,21 +254,8 @@ func burst(b *testing.B, t *testing.T, ns, name string, n int, opt podOpt) burst
 		}()
 	}
 	wg.Wait()
+	waitBoundCount(b, ns, prefix, n, 20*time.Minute, 200*time.Millisecond)
 	var res burstResult
-	pollUntil(b, 20*time.Minute, func() (*v1.Pod, bool) {
-		list, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, false
-		}
-		bound := 0
-		for _, p := range list.Items {
-			if strings.HasPrefix(p.Name, prefix) && p.Spec.NodeName != "" {
-				bound++
-			}
-		}
-		time.Sleep(250 * time.Millisecond)
-		return nil, bound == n
-	})
 	res.duration = time.Since(began)
 	res.podsPerSecond = float64(n) / res.duration.Seconds()
 	pollUntil(b, 5*time.Minute, func() (*v1.Pod, bool) {

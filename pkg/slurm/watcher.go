@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
@@ -87,6 +88,8 @@ const (
 	DefaultFullListPeriod = 5 * time.Minute
 	DefaultPendingRefresh = 10 * time.Second
 	DefaultMaxBackoff     = 30 * time.Second
+	// parallelJobReads bounds the job reads of one poll under way at once.
+	parallelJobReads = 8
 	// maxRefreshPerPoll bounds the pending jobs re-read in one poll, so a burst of
 	// thousands of pending pods costs a bounded number of reads a poll.
 	maxRefreshPerPoll = 20
@@ -249,37 +252,15 @@ func (w *Watcher) pollChanges(ctx context.Context, started time.Time) error {
 			return err
 		}
 	}
-	read := map[int32]*Job{}
-	var gone []int32
-	fetch := func(id int32) error {
-		if _, done := read[id]; done || slices.Contains(gone, id) {
-			return nil
-		}
-		j, err := w.client.GetJob(ctx, id)
-		switch {
-		case IsNotFound(err):
-			gone = append(gone, id)
-		case err != nil:
-			return err
-		case !j.Ours():
-			// The id names another job now (slurmctld lost its state and reused it): ours is gone.
-			gone = append(gone, id)
-		default:
-			read[id] = j
-		}
-		return nil
-	}
+	want := due
 	for _, id := range ids {
-		if st, ok := states[id]; !ok || !st.equal(known[id]) {
-			if err := fetch(id); err != nil {
-				return err
-			}
+		if st, ok := states[id]; (!ok || !st.equal(known[id])) && !slices.Contains(due, id) {
+			want = append(want, id)
 		}
 	}
-	for _, id := range due {
-		if err := fetch(id); err != nil {
-			return err
-		}
+	read, gone, err := w.readJobs(ctx, want)
+	if err != nil {
+		return err
 	}
 	nodes, err := w.client.ListNodesSince(ctx, nodesSince)
 	if err != nil {
@@ -287,6 +268,42 @@ func (w *Watcher) pollChanges(ctx context.Context, started time.Time) error {
 	}
 	w.applyChanges(started, read, gone, nodes)
 	return nil
+}
+
+// readJobs reads the full records of jobs, parallelJobReads at a time (a burst can change
+// thousands of jobs in one poll), and sorts them into ours and gone: not found, or the id
+// names another job now (slurmctld lost its state and reused it). Any other failure fails
+// the whole read.
+func (w *Watcher) readJobs(ctx context.Context, ids []int32) (map[int32]*Job, []int32, error) {
+	var (
+		mu   sync.Mutex
+		read = make(map[int32]*Job, len(ids))
+		gone []int32
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(parallelJobReads)
+	for _, id := range ids {
+		g.Go(func() error {
+			j, err := w.client.GetJob(gctx, id)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case IsNotFound(err):
+				gone = append(gone, id)
+			case err != nil:
+				return err
+			case !j.Ours():
+				gone = append(gone, id)
+			default:
+				read[id] = j
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, nil, err
+	}
+	return read, gone, nil
 }
 
 func (w *Watcher) readTime(id int32) time.Time {
