@@ -311,7 +311,7 @@ profiles:
 `, filepath.Join(runDir, "scheduler.kubeconfig"))), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(repoRoot, "bin", "kubeslurm-scheduler"), "--config", cfg, "--secure-port", "10399")
+	cmd := exec.Command(filepath.Join(repoRoot, "bin", "kubeslurm-scheduler"), "--config", cfg, "--secure-port", "0")
 	log, err := os.Create(filepath.Join(dir, "scheduler.log"))
 	if err != nil {
 		b.Fatal(err)

@@ -87,7 +87,8 @@ type Watcher struct {
 const (
 	DefaultFullListPeriod = 5 * time.Minute
 	DefaultPendingRefresh = 10 * time.Second
-	DefaultMaxBackoff     = 30 * time.Second
+	// DefaultMaxBackoff bounds how long reading resumes after slurmrestd comes back, too.
+	DefaultMaxBackoff = 8 * time.Second
 	// parallelJobReads bounds the job reads of one poll under way at once.
 	parallelJobReads = 8
 	// maxRefreshPerPoll bounds the pending jobs re-read in one poll, so a burst of

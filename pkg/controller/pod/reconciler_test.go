@@ -403,3 +403,30 @@ func TestGPUsWithoutIndicesAreAnActionableError(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, f.Events(), wellknown.EventSlurmGPUIndicesMissing)
 }
+
+// The watcher reads only jobs it knows between its full listings; the job the scheduler
+// (another process) just submitted is read once from the pod's job-id label, and its state
+// is written onto the pod, bound or not; from then on the watcher's reads follow it.
+func TestLabelledPodsJobIsReadWhenTheWatcherLacksIt(t *testing.T) {
+	pod := newPod("p", "", v1.PodPending, "1")
+	f := newFixture(t, pod)
+	f.Poll() // the first, full, listing: no job yet
+	require.Equal(t, int32(1), f.submitFor(pod))
+	f.Poll()
+	_, known := f.Watcher.Job(1)
+	require.False(t, known, "not listed again until the next full listing")
+
+	_, err := f.reconcile("p")
+	require.NoError(t, err)
+	p, err := f.pod("p")
+	require.NoError(t, err)
+	assert.Equal(t, slurm.StatePending, p.Annotations[wellknown.JobStateAnnotation])
+	_, known = f.Watcher.Job(1)
+	assert.True(t, known)
+
+	require.NoError(t, f.Slurm.Allocate(1, "n1"))
+	f.sync("p")
+	p, err = f.pod("p")
+	require.NoError(t, err)
+	assert.Equal(t, slurm.StateRunning, p.Annotations[wellknown.JobStateAnnotation])
+}
