@@ -162,7 +162,7 @@ func createIndexedGang(t *testing.T, ns, name string, n int32, opts ...podOpt) {
 // and its worker registers the node's 4 CPUs and 8Gi (nodeSets[].nodeOptions).
 // The local cluster's scheduler scenarios whose outcome depends on this Slurm (its daemons
 // as pods, the release, NodeSets, the workers' GPUs, slurmrestd as a Deployment with
-// spec.restApi.replicas 0 for a minute) then run on it too. In its node failure
+// spec.restApi.replicas 0 for 30 s) then run on it too. In its node failure
 // scenarios a node's machine fails (its runner and all the processes it started killed at
 // once, so no worker drains) and comes back (a new runner starts the worker pod's
 // containers again).

@@ -863,8 +863,9 @@ func workerPodOn(t *testing.T, node string) *v1.Pod {
 	return live[0]
 }
 
-// slurmrestdOutageIsHarmless: slurmrestd stopped for 60 s: no pod deleted, no job
-// cancelled, no pod bound, no taint lifted; state converges after.
+// slurmrestdOutageIsHarmless: slurmrestd stopped for 30 s (the watcher's backoff reaches
+// its 8 s bound within it): no pod deleted, no job cancelled, no pod bound, no taint
+// lifted; state converges after.
 func slurmrestdOutageIsHarmless(t *testing.T, st stack, ns string) {
 	// An admin's drain, tainted before the outage: nothing read during it may lift that.
 	drained := st.nodes[0]
@@ -880,7 +881,7 @@ func slurmrestdOutageIsHarmless(t *testing.T, st stack, ns string) {
 	// While it is down, a pod comes that needs Slurm: nothing may be concluded, or bound,
 	// until slurmrestd answers again.
 	late := createPod(t, ns, "late", st.pod)
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		cur := getPod(t, ns, "steady")
 		require.Nil(t, cur.DeletionTimestamp, "no pod deleted while Slurm cannot be read")
