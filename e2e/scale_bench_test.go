@@ -40,8 +40,18 @@ import (
 func BenchmarkScale(b *testing.B) {
 	nodes, queued, pods := envInt("KUBESLURM_BENCH_NODES", 1100), envInt("KUBESLURM_BENCH_QUEUED", 10000), envInt("KUBESLURM_BENCH_PODS", 2000)
 	idle := envDuration("KUBESLURM_BENCH_IDLE", 60*time.Second)
+	// The e2e helpers take a *testing.T; a failed step of theirs ends the benchmark, and
+	// the deferred check below reports it.
 	t := &testing.T{}
-	ns := namespace(t)
+	ns := fmt.Sprintf("bench-scale-%d", time.Now().Unix()%100000)
+	if _, err := kube.CoreV1().Namespaces().Create(context.Background(), &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			fmt.Println("a step failed: the figures above are all there is")
+		}
+	}()
 	token := metricsReaderToken(t, ns)
 	// t is no test's: its clean-ups never run, so the benchmark's own do their work.
 	b.Cleanup(func() {
