@@ -42,6 +42,7 @@ type options struct {
 	pollInterval    time.Duration
 	resyncPeriod    time.Duration
 	fullListPeriod  time.Duration
+	listTimeout     time.Duration
 	requestTimeout  time.Duration
 	schedulerName   string
 	metricsAddr     string
@@ -98,6 +99,8 @@ func newCommand() *cobra.Command {
 	f.StringVar(&o.jwtKeyFile, "slurm-jwt-key-file", "", "Slurm's auth/jwt key, used to mint the controller's tokens")
 	f.DurationVar(&o.pollInterval, "slurm-poll-interval", time.Second, "how often Slurm's jobs and nodes are read")
 	f.DurationVar(&o.resyncPeriod, "resync-period", 30*time.Second, "full reconcile of every placeholder job, as a safety net")
+	f.DurationVar(&o.listTimeout, "slurm-list-timeout", slurm.DefaultListTimeout,
+		"bound of a listing of every Slurm job (at 10,000 queued jobs it takes longer than one request may)")
 	f.DurationVar(&o.fullListPeriod, "slurm-full-list-period", slurm.DefaultFullListPeriod,
 		"how often every Slurm job is listed in full, to find placeholder jobs by their pods; between listings only our jobs' states are read")
 	f.DurationVar(&o.requestTimeout, "slurm-request-timeout", 15*time.Second, "timeout of one slurmrestd request")
@@ -187,7 +190,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	slurmClient, err := slurm.NewClient(slurm.Config{
-		URL: o.slurmrestdURL, User: o.slurmUser, JWTKeyFile: o.jwtKeyFile, Timeout: o.requestTimeout,
+		URL: o.slurmrestdURL, User: o.slurmUser, JWTKeyFile: o.jwtKeyFile, Timeout: o.requestTimeout, ListTimeout: o.listTimeout,
 	})
 	if err != nil {
 		return err

@@ -26,6 +26,9 @@ import (
 // APIVersion is the slurmrestd data_parser version kubeslurm speaks.
 const APIVersion = "v0.0.44"
 
+// fullJobListPath is slurmrestd's listing of every job.
+const fullJobListPath = "/slurm/" + APIVersion + "/jobs/"
+
 type (
 	apiJob      = types.V0044JobInfo
 	apiJobList  = types.V0044JobInfoList

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rsa"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -69,6 +70,45 @@ type Config struct {
 	TokenLifetime time.Duration
 	// Timeout of one request.
 	Timeout time.Duration
+	// ListTimeout bounds a listing of every job instead: at 10,000 queued jobs slurmctld
+	// and slurmrestd take longer than Timeout to pack and encode its 100 MB.
+	ListTimeout time.Duration
+}
+
+// DefaultListTimeout is Config.ListTimeout's default.
+const DefaultListTimeout = 3 * time.Minute
+
+// deadlineTransport bounds each request, answer included: a listing of every job by
+// listTimeout, any other request by timeout.
+type deadlineTransport struct {
+	timeout, listTimeout time.Duration
+	next                 http.RoundTripper
+}
+
+func (t *deadlineTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	d := t.timeout
+	if req.Method == http.MethodGet && req.URL.Path == fullJobListPath {
+		d = t.listTimeout
+	}
+	ctx, cancel := context.WithTimeout(req.Context(), d)
+	resp, err := t.next.RoundTrip(req.WithContext(ctx))
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+// cancelOnClose ends a request's deadline once its answer has been read.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelOnClose) Close() error {
+	defer b.cancel()
+	return b.ReadCloser.Close()
 }
 
 // NewClient connects to slurmrestd with tokens minted from the JWT key.
@@ -82,16 +122,19 @@ func NewClient(cfg Config) (Client, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 15 * time.Second
 	}
+	if cfg.ListTimeout == 0 {
+		cfg.ListTimeout = DefaultListTimeout
+	}
 	tokens := NewTokenSource(cfg.JWTKeyFile, cfg.User, cfg.TokenLifetime)
 	tokens.RSAKey, tokens.KeyID = cfg.RSAKey, cfg.RSAKeyID
 	first, err := tokens.Token()
 	if err != nil {
 		return nil, err
 	}
-	httpClient := &http.Client{
-		Timeout:   cfg.Timeout,
-		Transport: &tokenTransport{source: tokens, next: http.DefaultTransport},
-	}
+	httpClient := &http.Client{Transport: &deadlineTransport{
+		timeout: cfg.Timeout, listTimeout: max(cfg.Timeout, cfg.ListTimeout),
+		next: &tokenTransport{source: tokens, next: http.DefaultTransport},
+	}}
 	// Informers are not used: the Watcher polls once for every consumer.
 	c, err := slurmclient.NewClient(&slurmclient.Config{Server: cfg.URL, AuthToken: first, HTTPClient: httpClient})
 	if err != nil {

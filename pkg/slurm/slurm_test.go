@@ -624,3 +624,25 @@ func TestStateAndNodeReadsAgainstSlurmrestd(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, l.Unchanged)
 }
+
+// A listing of every job gets ListTimeout, any other request Timeout: at 10,000 queued
+// jobs the listing takes longer than an ordinary request may, and a scheduler whose first
+// listing always timed out would never read Slurm.
+func TestListingHasItsOwnTimeout(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(300 * time.Millisecond)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"jobs":[],"errors":[],"warnings":[]}`))
+	}))
+	defer srv.Close()
+	key := t.TempDir() + "/jwt.key"
+	require.NoError(t, os.WriteFile(key, []byte("0123456789abcdef0123456789abcdef"), 0o600))
+	c, err := slurm.NewClient(slurm.Config{URL: srv.URL, User: "slurm", JWTKeyFile: key,
+		Timeout: 100 * time.Millisecond, ListTimeout: 5 * time.Second})
+	require.NoError(t, err)
+
+	_, err = c.ListJobs(context.Background())
+	assert.NoError(t, err, "the listing may take longer than Timeout")
+	_, err = c.GetJob(context.Background(), 1)
+	assert.True(t, slurm.IsUnavailable(err), "any other request is bounded by Timeout: %v", err)
+}

@@ -28,6 +28,9 @@ type Args struct {
 	FullListPeriod metav1.Duration `json:"fullListPeriod"`
 	// RequestTimeout bounds one slurmrestd request (default 15s).
 	RequestTimeout metav1.Duration `json:"requestTimeout"`
+	// ListTimeout bounds a listing of every Slurm job instead (default 3m): at 10,000
+	// queued jobs it takes longer than RequestTimeout.
+	ListTimeout metav1.Duration `json:"listTimeout"`
 	// GroupPermitTimeout bounds how long a pod group's member, on its allocated node,
 	// waits for the other members before all go back to the queue (default 60s).
 	GroupPermitTimeout metav1.Duration `json:"groupPermitTimeout"`
@@ -52,6 +55,9 @@ func (a *Args) setDefaults() {
 	}
 	if a.RequestTimeout.Duration == 0 {
 		a.RequestTimeout.Duration = 15 * time.Second
+	}
+	if a.ListTimeout.Duration == 0 {
+		a.ListTimeout.Duration = slurm.DefaultListTimeout
 	}
 	if a.GroupPermitTimeout.Duration == 0 {
 		a.GroupPermitTimeout.Duration = defaultGroupPermitTimeout

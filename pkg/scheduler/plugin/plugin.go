@@ -93,7 +93,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}
 	client, err := slurm.NewClient(slurm.Config{
 		URL: args.SlurmrestdURL, User: args.SlurmUser, JWTKeyFile: args.JWTKeyFile,
-		Timeout: args.RequestTimeout.Duration,
+		Timeout: args.RequestTimeout.Duration, ListTimeout: args.ListTimeout.Duration,
 	})
 	if err != nil {
 		return nil, err
