@@ -454,6 +454,10 @@ func TestWatcherFindsOtherJobsByFullListing(t *testing.T) {
 
 	f.Requests()
 	w.RequestFullListing()
+	require.NoError(t, w.Poll(ctx))
+	assert.Zero(t, f.Requests()["list"], "an asked-for listing comes MinListingGap after the one before")
+
+	w.MinListingGap = 0
 	before := time.Now()
 	require.NoError(t, w.Poll(ctx))
 	_, ok = w.Job(job.ID)

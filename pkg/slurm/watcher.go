@@ -56,6 +56,9 @@ type Watcher struct {
 	PendingRefresh time.Duration
 	// MaxBackoff bounds the wait between failed polls.
 	MaxBackoff time.Duration
+	// MinListingGap is the least time between a full listing and one RequestFullListing
+	// asks for.
+	MinListingGap time.Duration
 
 	mu    sync.RWMutex
 	jobs  map[int32]*Job
@@ -89,6 +92,8 @@ const (
 	DefaultPendingRefresh = 10 * time.Second
 	// DefaultMaxBackoff bounds how long reading resumes after slurmrestd comes back, too.
 	DefaultMaxBackoff = 8 * time.Second
+	// DefaultMinListingGap spaces the full listings RequestFullListing asks for.
+	DefaultMinListingGap = 30 * time.Second
 	// parallelJobReads bounds the job reads of one poll under way at once.
 	parallelJobReads = 8
 	// maxRefreshPerPoll bounds the pending jobs re-read in one poll, so a burst of
@@ -101,7 +106,7 @@ const (
 func NewWatcher(c Client, interval, resyncPeriod time.Duration) *Watcher {
 	return &Watcher{
 		client: c, interval: interval, resyncPeriod: resyncPeriod,
-		FullListPeriod: DefaultFullListPeriod, PendingRefresh: DefaultPendingRefresh, MaxBackoff: DefaultMaxBackoff,
+		FullListPeriod: DefaultFullListPeriod, PendingRefresh: DefaultPendingRefresh, MaxBackoff: DefaultMaxBackoff, MinListingGap: DefaultMinListingGap,
 		jobs: map[int32]*Job{}, byPod: map[types.UID]int32{}, byKey: map[string]map[int32]bool{}, byGroup: map[string]int32{},
 		observed: map[int32]time.Time{}, readAt: map[int32]time.Time{}, nodes: map[string]Node{},
 		pollNow: make(chan struct{}, 1),
@@ -173,8 +178,11 @@ func (w *Watcher) Trigger() {
 	}
 }
 
-// RequestFullListing makes the next poll list every job, as after a submit whose outcome
-// is unknown: only a listing can find a job Slurm accepted but never answered for.
+// RequestFullListing makes a poll list every job, as after a submit whose outcome is
+// unknown: only a listing can find a job Slurm accepted but never answered for. The
+// listing comes at least MinListingGap after the one before: one serves every submit
+// that waits for it, and under load (submits timing out as slurmrestd is busy) a listing
+// at each request would feed the load that made them time out.
 func (w *Watcher) RequestFullListing() {
 	w.mu.Lock()
 	w.listingWanted = true
@@ -194,7 +202,9 @@ func (w *Watcher) ListedSince(t time.Time) bool {
 func (w *Watcher) Poll(ctx context.Context) error {
 	started := time.Now()
 	w.mu.RLock()
-	full := !w.synced || w.listingWanted || started.Sub(w.lastListing) >= w.FullListPeriod
+	sinceListing := started.Sub(w.lastListing)
+	full := !w.synced || sinceListing >= w.FullListPeriod ||
+		(w.listingWanted && sinceListing >= w.MinListingGap)
 	w.mu.RUnlock()
 	var err error
 	if full {

@@ -350,6 +350,7 @@ func TestQueueingHint(t *testing.T) {
 func TestSubmitWithUnknownOutcomeIsNotRepeated(t *testing.T) {
 	pod := newPod("p", nil)
 	f := newFixture(t, pod)
+	f.watcher.MinListingGap = 0
 	f.poll()
 	f.slurm.Requests()
 
