@@ -55,9 +55,6 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "e2e: no local cluster (%v); run `make up` first\n", err)
 		os.Exit(1)
 	}
-	// client-go's default 5 requests/s would make make bench-scale's thousand nodes and
-	// bursts of pods measure this client's throttle.
-	cfg.QPS, cfg.Burst = 200, 400
 	kube = kubernetes.NewForConfigOrDie(cfg)
 	if err := clearLocalSlurmCluster(); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
