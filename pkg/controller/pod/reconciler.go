@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -61,6 +62,9 @@ type Reconciler struct {
 	now func() time.Time
 	// workloads is told of a group member's changes (its phase counts in PodGroup status).
 	workloads *WorkloadStatus
+	// deleted holds deleted pods' job links (rememberDeletedLink), by namespace/name.
+	deletedMu sync.Mutex
+	deleted   map[string]deletedLink
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -79,6 +83,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	switch {
 	case apierrors.IsNotFound(err):
+		if len(jobs) == 0 {
+			// Deleted before the watcher learnt of its job: the link its last state had.
+			if jobs, err = r.deletedPodsJob(ctx, req.String()); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
 		return ctrl.Result{}, r.cancelAll(ctx, jobs, "", "its pod no longer exists")
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("reading pod: %w", err)
@@ -187,6 +197,60 @@ func (r *Reconciler) reconcileMissingJob(ctx context.Context, pod *v1.Pod) (*slu
 		return nil, r.endPod(ctx, pod, job, reason, note)
 	}
 	return nil, nil
+}
+
+// deletedLink is a deleted pod's job-id label, kept until its reconcile has read that job.
+type deletedLink struct {
+	uid types.UID
+	id  int32
+}
+
+// rememberDeletedLink keeps the job-id label of a deleted pod of ours whose job the
+// watcher does not know: between its full listings the watcher reads only the jobs it
+// knows, and the pod's reconcile will find neither the pod nor, without this, its job.
+func (r *Reconciler) rememberDeletedLink(pod *v1.Pod) {
+	id, err := strconv.ParseInt(pod.Labels[wellknown.JobIDLabel], 10, 32)
+	if err != nil || !r.owns(pod) {
+		return
+	}
+	if _, known := r.Watcher.Job(int32(id)); known {
+		return
+	}
+	r.deletedMu.Lock()
+	defer r.deletedMu.Unlock()
+	if r.deleted == nil {
+		r.deleted = map[string]deletedLink{}
+	}
+	r.deleted[pod.Namespace+"/"+pod.Name] = deletedLink{uid: pod.UID, id: int32(id)}
+}
+
+// deletedPodsJob reads the job a deleted pod's label named, if it was remembered and the
+// job stands for that pod.
+func (r *Reconciler) deletedPodsJob(ctx context.Context, key string) ([]slurm.Job, error) {
+	r.deletedMu.Lock()
+	link, ok := r.deleted[key]
+	r.deletedMu.Unlock()
+	if !ok {
+		return nil, nil
+	}
+	job, err := r.Slurm.GetJob(ctx, link.id)
+	switch {
+	case slurm.IsNotFound(err):
+	case err != nil:
+		return nil, err
+	case job.Ours() && job.HasPod(link.uid):
+		r.Watcher.Observe(job)
+		r.forgetDeletedLink(key)
+		return []slurm.Job{*job}, nil
+	}
+	r.forgetDeletedLink(key)
+	return nil, nil
+}
+
+func (r *Reconciler) forgetDeletedLink(key string) {
+	r.deletedMu.Lock()
+	defer r.deletedMu.Unlock()
+	delete(r.deleted, key)
 }
 
 // cancelAll cancels the active jobs not belonging to keepUID, whose pod of this name is
@@ -484,9 +548,15 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := r.workloads.setup(mgr); err != nil {
 		return err
 	}
+	remember := predicate.Funcs{DeleteFunc: func(e event.DeleteEvent) bool {
+		if pod, ok := e.Object.(*v1.Pod); ok {
+			r.rememberDeletedLink(pod)
+		}
+		return true
+	}}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("pod-slurmjob").
-		For(&v1.Pod{}, builder.WithPredicates(ours)).
+		For(&v1.Pod{}, builder.WithPredicates(ours, remember)).
 		WatchesRawSource(source.Channel(jobEvents, &handler.TypedEnqueueRequestForObject[*v1.Pod]{})).
 		Watches(&v1.Node{}, handler.EnqueueRequestsFromMapFunc(r.podsOnNode), builder.WithPredicates(readyChanged)).
 		Complete(r)

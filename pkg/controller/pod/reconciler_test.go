@@ -430,3 +430,22 @@ func TestLabelledPodsJobIsReadWhenTheWatcherLacksIt(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, slurm.StateRunning, p.Annotations[wellknown.JobStateAnnotation])
 }
+
+// A pod deleted before the controller learnt of its job (the watcher reads only the jobs
+// it knows between full listings) still has its job cancelled: the deletion's last state
+// names it.
+func TestPodDeletedBeforeItsJobWasSeenCancelsIt(t *testing.T) {
+	pod := newPod("p", "n1", v1.PodRunning, "1")
+	f := newFixture(t, pod)
+	f.Poll()
+	require.Equal(t, int32(1), f.runJobFor(pod))
+	f.Poll()
+	_, known := f.Watcher.Job(1)
+	require.False(t, known)
+
+	require.NoError(t, f.Kube.Delete(context.Background(), pod))
+	f.r.rememberDeletedLink(pod) // as the pod's delete event does
+	_, err := f.reconcile("p")
+	require.NoError(t, err)
+	assert.Equal(t, slurm.StateCancelled, f.jobState(1))
+}
