@@ -81,7 +81,8 @@ func TestMetricsEndpoints(t *testing.T) {
 	toKube := `kubeslurm_drain_sync_lag_seconds_count{direction="to_kubernetes"}`
 	ctrl := mustScrape(t, controllerMetricsURL, "")
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); ctrl = mustScrape(t, controllerMetricsURL, "") {
-		if ctrl[toSlurm]-ctrlBefore[toSlurm] >= 2 && ctrl[toKube]-ctrlBefore[toKube] >= 2 {
+		// The controller learns of the pod's job from its label and counts it at its next poll.
+		if ctrl[toSlurm]-ctrlBefore[toSlurm] >= 2 && ctrl[toKube]-ctrlBefore[toKube] >= 2 && ctrl[`kubeslurm_placeholder_jobs{state="RUNNING"}`] >= 1 {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
