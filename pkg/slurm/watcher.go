@@ -238,23 +238,30 @@ func (w *Watcher) pollFull(ctx context.Context, started time.Time) error {
 // changed or that the state read lacks, of pending jobs due a refresh, and the nodes if
 // Slurm changed any. Nothing is applied unless every read succeeded.
 func (w *Watcher) pollChanges(ctx context.Context, started time.Time) error {
+	type pending struct {
+		id     int32
+		readAt time.Time
+	}
 	w.mu.RLock()
 	ids := make([]int32, 0, len(w.jobs))
 	known := make(map[int32]JobStatus, len(w.jobs))
-	var due []int32
+	var stale []pending
 	for id, j := range w.jobs {
 		ids = append(ids, id)
 		known[id] = statusOf(j)
 		if j.State == StatePending && started.Sub(w.readAt[id]) >= w.PendingRefresh {
-			due = append(due, id)
+			stale = append(stale, pending{id, w.readAt[id]})
 		}
 	}
 	nodesSince := w.nodesUpdate
 	w.mu.RUnlock()
 	slices.Sort(ids)
 	// The longest unrefreshed first, so every pending job gets its turn.
-	slices.SortFunc(due, func(a, b int32) int { return w.readTime(a).Compare(w.readTime(b)) })
-	due = due[:min(len(due), maxRefreshPerPoll)]
+	slices.SortFunc(stale, func(a, b pending) int { return a.readAt.Compare(b.readAt) })
+	var due []int32
+	for _, p := range stale[:min(len(stale), maxRefreshPerPoll)] {
+		due = append(due, p.id)
+	}
 
 	var states map[int32]JobStatus
 	if len(ids) > 0 {
@@ -315,12 +322,6 @@ func (w *Watcher) readJobs(ctx context.Context, ids []int32) (map[int32]*Job, []
 		return nil, nil, err
 	}
 	return read, gone, nil
-}
-
-func (w *Watcher) readTime(id int32) time.Time {
-	w.mu.RLock()
-	defer w.mu.RUnlock()
-	return w.readAt[id]
 }
 
 // apply publishes a full listing: jobs of ours it lacks are gone.
